@@ -1,0 +1,406 @@
+"""Pure builders: what the program declares on the gateway side, as plain Kubernetes objects.
+
+Each function turns validated settings into `Manifest`s (apiVersion, kind, metadata, spec). Components
+only hand them to Pulumi, and the tests validate them against the upstream CRD schemas. Secrets never
+pass through here: a manifest names a Secret, the component fills it from secret config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, BudgetRules
+from components.settings import (
+    ENVOY_GATEWAY_NAMESPACE,
+    GATEWAY_SERVICE_NAME,
+    Provider,
+    Route,
+    StackSettings,
+)
+
+GATEWAY_API = "gateway.networking.k8s.io"
+ENVOY_GATEWAY_API = "gateway.envoyproxy.io"
+AI_GATEWAY_API = "aigateway.envoyproxy.io"
+GATEWAY_CLASS_NAME = "agent-budgets"
+GATEWAY_NAME = GATEWAY_SERVICE_NAME
+ENVOY_PROXY_NAME = GATEWAY_SERVICE_NAME
+BUDGET_POLICY_NAME = "agent-budgets"
+JWT_POLICY_NAME = "agent-budgets-jwt"
+JWT_PROVIDER_NAME = "agent-substrate"
+IDP_BACKEND_NAME = "substrate-idp"
+MOCK_MODEL_NAME = "mock-model"
+MOCK_MODEL_PORT = 8080
+MODEL_HEADER = "x-ai-eg-model"
+CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+API_KEY_SECRET_FIELD = "apiKey"  # the data key Agent Router reads from a provider Secret
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One Kubernetes object, as the API server would receive it."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+    spec: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def resource_name(self) -> str:
+        """A stable Pulumi name: kind and object name, unique within the stack."""
+        return f"{self.kind.lower()}-{self.name}"
+
+    def metadata(self) -> dict[str, Any]:
+        """The object's metadata, with our labels."""
+        meta: dict[str, Any] = {"name": self.name, "labels": {**common_labels(), **self.labels}}
+        if self.namespace:
+            meta["namespace"] = self.namespace
+        return meta
+
+    def to_object(self) -> dict[str, Any]:
+        """The whole object, as `kubectl apply` would send it."""
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": self.metadata(), "spec": self.spec}
+
+
+def common_labels() -> dict[str, str]:
+    """Labels on everything we create, so `kubectl get -l` finds it."""
+    return {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "agent-budgets"}
+
+
+def _gateway_ref() -> dict[str, str]:
+    return {"group": GATEWAY_API, "kind": "Gateway", "name": GATEWAY_NAME}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model gateway
+
+
+def gateway_manifests(settings: StackSettings) -> list[Manifest]:
+    """GatewayClass, EnvoyProxy (fixed Service name), Gateway and ClientTrafficPolicy."""
+    ns = settings.gateway.namespace
+    kubernetes: dict[str, Any] = {
+        # The fixed name every egress policy targets: agent-router.envoy-gateway-system.svc.cluster.local
+        "envoyService": {"name": GATEWAY_SERVICE_NAME, "type": "ClusterIP"},
+    }
+    if settings.gateway.small_cluster:
+        kubernetes["envoyDeployment"] = {"container": {"resources": {}}}
+    return [
+        Manifest(
+            "gateway.networking.k8s.io/v1",
+            "GatewayClass",
+            GATEWAY_CLASS_NAME,
+            None,
+            {"controllerName": CONTROLLER_NAME},
+        ),
+        Manifest(
+            "gateway.envoyproxy.io/v1alpha1",
+            "EnvoyProxy",
+            ENVOY_PROXY_NAME,
+            ns,
+            {"provider": {"type": "Kubernetes", "kubernetes": kubernetes}},
+        ),
+        Manifest(
+            "gateway.networking.k8s.io/v1",
+            "Gateway",
+            GATEWAY_NAME,
+            ns,
+            {
+                "gatewayClassName": GATEWAY_CLASS_NAME,
+                "infrastructure": {
+                    "parametersRef": {"group": ENVOY_GATEWAY_API, "kind": "EnvoyProxy", "name": ENVOY_PROXY_NAME}
+                },
+                "listeners": [
+                    {
+                        "name": "http",
+                        "protocol": "HTTP",
+                        "port": settings.gateway.port,
+                        "allowedRoutes": {"namespaces": {"from": "Same"}},
+                    }
+                ],
+            },
+        ),
+        Manifest(
+            "gateway.envoyproxy.io/v1alpha1",
+            "ClientTrafficPolicy",
+            GATEWAY_NAME,
+            ns,
+            {
+                "targetRefs": [_gateway_ref()],
+                # LLM request bodies outgrow Envoy's 32 KiB default.
+                "connection": {"bufferLimit": settings.gateway.request_buffer_limit},
+                # Defence in depth: drop any client-sent x-actor-id before any filter runs; only the
+                # JWT filter may set it, from the verified subject.
+                "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER]}},
+            },
+        ),
+    ]
+
+
+def gateway_hostname(settings: StackSettings) -> str:
+    """The in-cluster name agents call (and every egress policy allows)."""
+    del settings  # fixed by the EnvoyProxy above; kept as a function so callers don't hard-code it
+    return f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Substrate IdP trust
+
+
+def idp_trust_manifests(settings: StackSettings) -> list[Manifest]:
+    """The Backend for Substrate's IdP, and the TLS trust Envoy Gateway needs to fetch its JWKS."""
+    sub = settings.substrate
+    ns = settings.gateway.namespace
+    backend_spec: dict[str, Any] = {
+        "endpoints": [{"fqdn": {"hostname": sub.idp_hostname, "port": sub.idp_port}}],
+    }
+    manifests: list[Manifest] = []
+    if sub.trust.mode == "insecureSkipVerify":
+        backend_spec["tls"] = {"insecureSkipVerify": True}
+    else:
+        if sub.trust.mode == "clusterTrustBundle":
+            ca_ref = {
+                "group": "certificates.k8s.io",
+                "kind": "ClusterTrustBundle",
+                "name": sub.trust.cluster_trust_bundle,
+            }
+        else:
+            ca_ref = {"group": "", "kind": "ConfigMap", "name": sub.trust.config_map}
+        manifests.append(
+            Manifest(
+                "gateway.networking.k8s.io/v1",
+                "BackendTLSPolicy",
+                IDP_BACKEND_NAME,
+                ns,
+                {
+                    "targetRefs": [{"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": IDP_BACKEND_NAME}],
+                    "validation": {"caCertificateRefs": [ca_ref], "hostname": sub.idp_hostname},
+                },
+            )
+        )
+    return [Manifest("gateway.envoyproxy.io/v1alpha1", "Backend", IDP_BACKEND_NAME, ns, backend_spec), *manifests]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Budgets
+
+
+def jwt_policy_manifest(settings: StackSettings) -> Manifest:
+    """Verify the actor JWT and copy its subject into x-actor-id (replacing any client value)."""
+    sub = settings.substrate
+    provider = {
+        "name": JWT_PROVIDER_NAME,
+        "issuer": sub.issuer,
+        "audiences": [sub.audience],
+        "remoteJWKS": {
+            "uri": sub.jwks_uri,
+            "backendRefs": [
+                {"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": IDP_BACKEND_NAME, "port": sub.idp_port}
+            ],
+        },
+        "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
+    }
+    return Manifest(
+        "gateway.envoyproxy.io/v1alpha1",
+        "SecurityPolicy",
+        JWT_POLICY_NAME,
+        settings.gateway.namespace,
+        {"targetRefs": [_gateway_ref()], "jwt": {"providers": [provider]}},
+    )
+
+
+def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manifest:
+    """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key."""
+    return Manifest(
+        "gateway.envoyproxy.io/v1alpha1",
+        "BackendTrafficPolicy",
+        BUDGET_POLICY_NAME,
+        settings.gateway.namespace,
+        {"targetRefs": [_gateway_ref()], "rateLimit": {"global": {"rules": rules.specs()}}},
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models
+
+
+def provider_secret_name(provider: Provider) -> str:
+    """The Secret holding a provider's key, next to its BackendSecurityPolicy."""
+    return f"{provider.name}-api-key"
+
+
+def mock_service_hostname(settings: StackSettings) -> str:
+    """Where the in-cluster mock model answers."""
+    return f"{MOCK_MODEL_NAME}.{settings.gateway.namespace}.svc.cluster.local"
+
+
+def provider_backend_manifest(settings: StackSettings, provider: Provider) -> Manifest:
+    """The Envoy Gateway Backend an AIServiceBackend points at (Agent Router accepts no Service)."""
+    host = mock_service_hostname(settings) if provider.kind == "mock" else provider.effective_hostname
+    port = MOCK_MODEL_PORT if provider.kind == "mock" else provider.effective_port
+    return Manifest(
+        "gateway.envoyproxy.io/v1alpha1",
+        "Backend",
+        provider.name,
+        settings.gateway.namespace,
+        {"endpoints": [{"fqdn": {"hostname": host, "port": port}}]},
+    )
+
+
+def provider_manifests(settings: StackSettings, provider: Provider) -> list[Manifest]:
+    """AIServiceBackend, BackendSecurityPolicy and (for TLS providers) BackendTLSPolicy of one provider.
+
+    The provider's Backend comes from `provider_backend_manifest` (the mock model owns its own).
+    """
+    ns = settings.gateway.namespace
+    schema = "Anthropic" if provider.kind == "anthropic" else "OpenAI"
+    # AnthropicAPIKey sets x-api-key only: without removing authorization the actor JWT would reach
+    # the provider. Removing it is safe everywhere: the provider key is set after the removal.
+    service_backend = Manifest(
+        "aigateway.envoyproxy.io/v1beta1",
+        "AIServiceBackend",
+        provider.name,
+        ns,
+        {
+            "schema": {"name": schema},
+            "backendRef": {"name": provider.name, "kind": "Backend", "group": ENVOY_GATEWAY_API},
+            "headerMutation": {"remove": ["authorization"]},
+        },
+    )
+    credential_type = "AnthropicAPIKey" if provider.kind == "anthropic" else "APIKey"
+    credential_field = "anthropicAPIKey" if provider.kind == "anthropic" else "apiKey"
+    security = Manifest(
+        "aigateway.envoyproxy.io/v1beta1",
+        "BackendSecurityPolicy",
+        f"{provider.name}-key",
+        ns,
+        {
+            "targetRefs": [{"group": AI_GATEWAY_API, "kind": "AIServiceBackend", "name": provider.name}],
+            "type": credential_type,
+            credential_field: {"secretRef": {"name": provider_secret_name(provider), "namespace": ns}},
+        },
+    )
+    manifests = [service_backend, security]
+    if provider.uses_tls:
+        host = provider.effective_hostname
+        assert host is not None
+        manifests.append(
+            Manifest(
+                "gateway.networking.k8s.io/v1",
+                "BackendTLSPolicy",
+                provider.name,
+                ns,
+                {
+                    "targetRefs": [{"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": provider.name}],
+                    "validation": {"wellKnownCACertificates": "System", "hostname": host},
+                },
+            )
+        )
+    return manifests
+
+
+def route_manifest(settings: StackSettings, route: Route) -> Manifest:
+    """An AIGatewayRoute sending the route's models to its provider and reporting total tokens."""
+    backend_ref: dict[str, Any] = {"name": route.provider}
+    if route.model_name_override:
+        backend_ref["modelNameOverride"] = route.model_name_override
+    return Manifest(
+        "aigateway.envoyproxy.io/v1beta1",
+        "AIGatewayRoute",
+        route.name,
+        settings.gateway.namespace,
+        {
+            "parentRefs": [{"name": GATEWAY_NAME, "kind": "Gateway", "group": GATEWAY_API}],
+            "rules": [
+                {
+                    "matches": [
+                        {"headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model}]}
+                        for model in route.models
+                    ],
+                    "backendRefs": [backend_ref],
+                }
+            ],
+            # The budget rules charge this metadata at the end of every response or stream.
+            "llmRequestCosts": [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}],
+        },
+    )
+
+
+def model_manifests(settings: StackSettings) -> list[Manifest]:
+    """Everything Agent Router needs for the configured providers and routes, except the mock's Backend."""
+    manifests: list[Manifest] = []
+    for provider in settings.providers:
+        if provider.kind != "mock":
+            manifests.append(provider_backend_manifest(settings, provider))
+        manifests.extend(provider_manifests(settings, provider))
+    manifests.extend(route_manifest(settings, route) for route in settings.routes)
+    return manifests
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mock model (plain Kubernetes objects: returned as argument dicts for the typed Pulumi resources)
+
+
+def mock_model_labels() -> dict[str, str]:
+    """Selector labels of the mock model's pods."""
+    return {"app.kubernetes.io/name": MOCK_MODEL_NAME, "app.kubernetes.io/part-of": "agent-budgets"}
+
+
+def mock_model_deployment_spec(settings: StackSettings, server_source: str, key_secret: str) -> dict[str, Any]:
+    """The mock's Deployment spec. The source checksum rolls the pods when the server changes."""
+    checksum = hashlib.sha256(server_source.encode()).hexdigest()
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
+    return {
+        "replicas": settings.mock_model.replicas,
+        "selector": {"matchLabels": mock_model_labels()},
+        "template": {
+            "metadata": {
+                "labels": mock_model_labels(),
+                "annotations": {"agent-budgets.dev/server-sha256": checksum},
+            },
+            "spec": {
+                "automountServiceAccountToken": False,
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534},
+                "containers": [
+                    {
+                        "name": "mock-model",
+                        "image": settings.mock_model.image,
+                        "command": ["python", "/app/server.py"],
+                        "ports": [{"name": "http", "containerPort": MOCK_MODEL_PORT}],
+                        "env": [
+                            {"name": "PORT", "value": str(MOCK_MODEL_PORT)},
+                            {"name": "MOCK_TOTAL_TOKENS", "value": str(settings.mock_model.total_tokens)},
+                            {"name": "PYTHONUNBUFFERED", "value": "1"},
+                            {
+                                "name": "MOCK_EXPECTED_API_KEY",
+                                "valueFrom": {"secretKeyRef": {"name": key_secret, "key": API_KEY_SECRET_FIELD}},
+                            },
+                        ],
+                        "readinessProbe": probe,
+                        "livenessProbe": {**probe, "periodSeconds": 20},
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": "32Mi"},
+                            "limits": {"memory": "128Mi"},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": [{"name": "server", "mountPath": "/app", "readOnly": True}],
+                    }
+                ],
+                "volumes": [{"name": "server", "configMap": {"name": MOCK_MODEL_NAME}}],
+            },
+        },
+    }
+
+
+def mock_model_service_spec() -> dict[str, Any]:
+    """The mock's ClusterIP Service, which its Backend names by FQDN."""
+    return {
+        "selector": mock_model_labels(),
+        "ports": [{"name": "http", "port": MOCK_MODEL_PORT, "targetPort": "http"}],
+    }

@@ -1,0 +1,439 @@
+"""The platform layer's decisions as plain data: Helm values, Redis URL and env, the Redis server config.
+
+Pure functions over the validated settings, with no Pulumi import, so the tests can check every value a
+release or the rate-limit store receives without running a program. `components/platform_releases.py` and
+`components/rate_limit_store.py` turn these into resources.
+
+Facts behind the values (reference/agent-router.md §2, reference/envoy-gateway.md §5 and §7):
+
+* gateway-helm reads only `config.envoyGateway`; anything directly under `config:` is silently ignored.
+* Envoy Gateway hands the `envoy-ratelimit` container only `REDIS_URL` (and `REDIS_TLS`): the password
+  (`REDIS_AUTH`), `REDIS_TYPE` and the cluster pipelining window go into
+  `provider.kubernetes.rateLimitDeployment.container.env`, which Envoy Gateway merges into its own env.
+* Agent Router's extension server is the `ai-gateway-controller` Service on port 1063; its chart must
+  know where Envoy Gateway runs the Envoy pods (`envoyGateway.namespace`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from components.manifests import common_labels
+from components.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, StackSettings
+
+# --- charts and releases ---------------------------------------------------------------------------------
+
+ENVOY_GATEWAY_CHART = "oci://docker.io/envoyproxy/gateway-helm"
+AGENT_ROUTER_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
+AGENT_ROUTER_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm"
+ENVOY_GATEWAY_RELEASE = "eg"
+AGENT_ROUTER_CRDS_RELEASE = "aieg-crd"
+AGENT_ROUTER_RELEASE = "aieg"
+AGENT_ROUTER_NAMESPACE = "envoy-ai-gateway-system"
+
+# --- Envoy Gateway configuration -------------------------------------------------------------------------
+
+GATEWAY_CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+AGENT_ROUTER_CONTROLLER = "ai-gateway-controller"
+EXTENSION_SERVER_PORT = 1063
+EXTENSION_SERVER_HOST = f"{AGENT_ROUTER_CONTROLLER}.{AGENT_ROUTER_NAMESPACE}.svc.cluster.local"
+RATELIMIT_CONTAINER = "envoy-ratelimit"
+# The label Envoy Gateway puts on every envoy-ratelimit pod (internal/infrastructure/kubernetes/ratelimit).
+RATELIMIT_POD_LABELS = {"app.kubernetes.io/component": "ratelimit"}
+# Pod annotation that rolls the envoy-gateway Deployment when its configuration changes.
+CONFIG_CHECKSUM_ANNOTATION = "agent-budgets.dev/envoy-gateway-config-sha256"
+# radix needs implicit pipelining for Redis Cluster (older ratelimit images refuse to start without it).
+CLUSTER_PIPELINE_WINDOW = "150us"
+
+# --- the rate-limit store --------------------------------------------------------------------------------
+
+REDIS_NAME = "redis"
+REDIS_HEADLESS_NAME = "redis-headless"
+REDIS_PORT = 6379
+REDIS_AUTH_SECRET = "redis-auth"
+"""The Secret in the Redis namespace that Redis reads its `requirepass` from."""
+RATELIMIT_REDIS_SECRET = "envoy-ratelimit-redis"
+"""The Secret in envoy-gateway-system that envoy-ratelimit reads REDIS_AUTH from."""
+PASSWORD_KEY = "password"
+REDIS_CONFIG_MAP = "redis-config"
+REDIS_CONFIG_FILE = "redis.conf"
+REDIS_CONFIG_DIR = "/etc/redis"
+REDIS_DATA_DIR = "/data"
+REDIS_VOLUME_CLAIM = "data"
+REDIS_UID = 999  # the redis user of the official image
+REDIS_GID = 1000
+REDIS_MEMORY_LIMIT = "512Mi"
+REDIS_MAXMEMORY = "384mb"  # below the container limit: Redis refuses writes instead of being OOM-killed
+REDIS_CONFIG_ANNOTATION = "agent-budgets.dev/redis-config-sha256"
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """Everything a `helm.v3.Release` is given, decided from settings."""
+
+    resource_suffix: str
+    release_name: str
+    chart: str
+    version: str
+    namespace: str
+    values: dict[str, Any]
+    timeout_seconds: int
+
+
+# --- Redis URL and the envoy-ratelimit env ----------------------------------------------------------------
+
+
+def in_cluster_redis_host(redis: RedisSettings) -> str:
+    """The ClusterIP Service of the in-cluster Redis."""
+    return f"{REDIS_NAME}.{redis.namespace}.svc.cluster.local"
+
+
+def redis_url(redis: RedisSettings) -> str:
+    """What Envoy Gateway gets as `rateLimit.backend.redis.url` (and passes on as REDIS_URL)."""
+    if redis.mode == "external":
+        assert redis.url is not None  # settings refuse external without url
+        return ",".join(part.strip() for part in redis.url.split(","))
+    return f"{in_cluster_redis_host(redis)}:{REDIS_PORT}"
+
+
+def redis_type_env(redis: RedisSettings) -> str | None:
+    """`REDIS_TYPE` for envoyproxy/ratelimit, or None for a single node (its default)."""
+    if redis.mode == "external" and redis.type != "single":
+        return redis.type.upper()
+    return None
+
+
+def redis_uses_tls(redis: RedisSettings) -> bool:
+    """TLS toward Redis: only an external Redis, when configured."""
+    return redis.mode == "external" and redis.tls
+
+
+def ratelimit_container_env(
+    redis: RedisSettings,
+    secret_name: str = RATELIMIT_REDIS_SECRET,
+    secret_key: str = PASSWORD_KEY,
+) -> list[dict[str, Any]]:
+    """The env added to the envoy-ratelimit container: the password by reference, never by value."""
+    env: list[dict[str, Any]] = [
+        {"name": "REDIS_AUTH", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}},
+    ]
+    redis_type = redis_type_env(redis)
+    if redis_type is not None:
+        env.append({"name": "REDIS_TYPE", "value": redis_type})
+    if redis_type == "CLUSTER":
+        env.append({"name": "REDIS_PIPELINE_WINDOW", "value": CLUSTER_PIPELINE_WINDOW})
+    return env
+
+
+# --- Helm values ----------------------------------------------------------------------------------------
+
+
+def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
+    """The `config.envoyGateway` map: Agent Router's extension manager and global rate limiting."""
+    redis = settings.redis
+    redis_backend: dict[str, Any] = {"url": redis_url(redis)}
+    if redis_uses_tls(redis):
+        # An empty tls block sets REDIS_TLS=true (server certificate checked against the system roots).
+        redis_backend["tls"] = {}
+    rate_limit_deployment: dict[str, Any] = {
+        "replicas": settings.rate_limit.replicas,
+        "container": {"env": ratelimit_container_env(redis)},
+    }
+    kubernetes: dict[str, Any] = {"rateLimitDeployment": rate_limit_deployment}
+    if settings.rate_limit.replicas > 1:
+        kubernetes["rateLimitPDB"] = {"minAvailable": 1}
+    return {
+        "gateway": {"controllerName": GATEWAY_CONTROLLER_NAME},
+        "provider": {"type": "Kubernetes", "kubernetes": kubernetes},
+        "extensionApis": {"enableBackend": True, "enableEnvoyPatchPolicy": True},
+        "extensionManager": {
+            "hooks": {
+                "xdsTranslator": {
+                    "post": ["Translation", "Cluster", "Route"],
+                    "translation": {kind: {"includeAll": True} for kind in ("listener", "route", "cluster", "secret")},
+                }
+            },
+            "service": {"fqdn": {"hostname": EXTENSION_SERVER_HOST, "port": EXTENSION_SERVER_PORT}},
+        },
+        "rateLimit": {
+            "backend": {"type": "Redis", "redis": redis_backend},
+            "failClosed": settings.rate_limit.fail_closed,
+            "timeout": settings.rate_limit.timeout,
+        },
+    }
+
+
+def checksum(value: Any) -> str:
+    """A stable sha256 of a JSON-able value (key order does not matter)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def envoy_gateway_values(settings: StackSettings) -> dict[str, Any]:
+    """Values of the `eg` release. Only `config.envoyGateway` is read by the chart's config template."""
+    config = envoy_gateway_config(settings)
+    return {
+        "config": {"envoyGateway": config},
+        # The chart has no checksum of its ConfigMap: roll envoy-gateway when our configuration changes.
+        "deployment": {"pod": {"annotations": {CONFIG_CHECKSUM_ANNOTATION: checksum(config)}}},
+    }
+
+
+def agent_router_crds_values(settings: StackSettings) -> dict[str, Any]:
+    """The CRD chart has no values."""
+    del settings
+    return {}
+
+
+def agent_router_values(settings: StackSettings) -> dict[str, Any]:
+    """Values of the `aieg` release: the controller Service EG calls, and where EG runs the Envoy pods."""
+    del settings
+    return {
+        "controller": {"fullnameOverride": AGENT_ROUTER_CONTROLLER},
+        "envoyGateway": {"namespace": ENVOY_GATEWAY_NAMESPACE},
+    }
+
+
+def release_specs(settings: StackSettings) -> tuple[ReleaseSpec, ReleaseSpec, ReleaseSpec]:
+    """Envoy Gateway, the Agent Router CRDs and the Agent Router controller, in install order."""
+    platform = settings.platform
+    return (
+        ReleaseSpec(
+            resource_suffix="envoy-gateway",
+            release_name=ENVOY_GATEWAY_RELEASE,
+            chart=ENVOY_GATEWAY_CHART,
+            version=platform.envoy_gateway_version,
+            namespace=ENVOY_GATEWAY_NAMESPACE,
+            values=envoy_gateway_values(settings),
+            timeout_seconds=600,
+        ),
+        ReleaseSpec(
+            resource_suffix="agent-router-crds",
+            release_name=AGENT_ROUTER_CRDS_RELEASE,
+            chart=AGENT_ROUTER_CRDS_CHART,
+            version=platform.agent_router_version,
+            namespace=AGENT_ROUTER_NAMESPACE,
+            values=agent_router_crds_values(settings),
+            timeout_seconds=300,
+        ),
+        ReleaseSpec(
+            resource_suffix="agent-router",
+            release_name=AGENT_ROUTER_RELEASE,
+            chart=AGENT_ROUTER_CHART,
+            version=platform.agent_router_version,
+            namespace=AGENT_ROUTER_NAMESPACE,
+            values=agent_router_values(settings),
+            timeout_seconds=600,
+        ),
+    )
+
+
+# --- secrets the platform needs ---------------------------------------------------------------------------
+
+
+def required_secret_keys(settings: StackSettings) -> list[str]:
+    """Pulumi secret config keys (without the project prefix) the platform layer reads."""
+    return [settings.redis.password_config] if settings.redis.mode == "external" else []
+
+
+def secret_set_command(key: str, stack: str | None = None) -> str:
+    """The command that stores one secret config value."""
+    command = f"pulumi config set --secret {PROJECT}:{key} <value>"
+    return f"{command} --stack {stack}" if stack else command
+
+
+def missing_password_message(redis: RedisSettings, stack: str | None = None) -> str:
+    """Why an external Redis cannot be used yet, and the exact command that fixes it."""
+    return (
+        f"{PROJECT}:{redis.password_config} is not set: {PROJECT}:redis.mode is external, so the program "
+        f"needs the external Redis password (or username:password for an ACL user). "
+        f"Run `{secret_set_command(redis.password_config, stack)}`"
+    )
+
+
+def plain_password_message(redis: RedisSettings, stack: str | None = None) -> str:
+    """Why a Redis password stored in plain text is refused, and how to store it as a secret."""
+    key = f"{PROJECT}:{redis.password_config}"
+    return (
+        f"{key} is stored in plain text in Pulumi.<stack>.yaml: remove it with `pulumi config rm {key}`, "
+        f"then run `{secret_set_command(redis.password_config, stack)}`"
+    )
+
+
+# --- the in-cluster Redis server ---------------------------------------------------------------------------
+
+
+def redis_server_config() -> str:
+    """redis.conf for the rate-limit store. The password is not here: it arrives on stdin at start."""
+    lines = [
+        "# agent-budgets rate-limit store. Every key is an agent's spent budget in the current window:",
+        "# persist every write, and never evict a key (an evicted counter hands the budget back).",
+        "bind * -::*",
+        f"port {REDIS_PORT}",
+        "protected-mode yes",
+        f"dir {REDIS_DATA_DIR}",
+        "appendonly yes",
+        "appendfsync everysec",
+        'appenddirname "appendonlydir"',
+        "aof-use-rdb-preamble yes",
+        "save 3600 1 300 100 60 10000",
+        "stop-writes-on-bgsave-error yes",
+        f"maxmemory {REDIS_MAXMEMORY}",
+        "maxmemory-policy noeviction",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def redis_start_script() -> str:
+    """The container command: the password goes from env to Redis on stdin, never on argv or in a log."""
+    config = f"{REDIS_CONFIG_DIR}/{REDIS_CONFIG_FILE}"
+    return (
+        "set -eu\n"
+        '[ -n "${REDIS_PASSWORD:-}" ] || { echo "REDIS_PASSWORD is empty: refusing to start" >&2; exit 1; }\n'
+        f"exec redis-server {config} - <<EOF\n"
+        'requirepass "${REDIS_PASSWORD}"\n'
+        "EOF\n"
+    )
+
+
+def redis_probe_command(accept: tuple[str, ...] = ("PONG",)) -> list[str]:
+    """An exec probe: redis-cli authenticates through REDISCLI_AUTH (no password on argv, no warning)."""
+    pattern = "|".join(accept)
+    return ["sh", "-c", f"redis-cli -h 127.0.0.1 -p {REDIS_PORT} ping | grep -Eq '^({pattern})'"]
+
+
+def redis_labels() -> dict[str, str]:
+    """Labels of the Redis pod (also the StatefulSet selector, which is immutable: never change them)."""
+    return {
+        "app.kubernetes.io/name": REDIS_NAME,
+        "app.kubernetes.io/component": "rate-limit-store",
+        "app.kubernetes.io/part-of": PROJECT,
+    }
+
+
+def redis_namespace_labels() -> dict[str, str]:
+    """The Redis namespace: our labels, and the restricted Pod Security level (the pod meets it)."""
+    return {**common_labels(), "pod-security.kubernetes.io/enforce": "restricted"}
+
+
+def _password_from(secret_name: str) -> dict[str, Any]:
+    return {"secretKeyRef": {"name": secret_name, "key": PASSWORD_KEY}}
+
+
+def redis_stateful_set_spec(redis: RedisSettings) -> dict[str, Any]:
+    """One Redis pod (`redis-0`) on a PersistentVolumeClaim (`data-redis-0`) that outlives the StatefulSet.
+
+    Everything here is deterministic: the same settings give the same spec, so a `pulumi up` that changes
+    nothing else leaves the pod, its volume and every counter alone.
+    """
+    claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": redis.storage_size}},
+    }
+    if redis.storage_class is not None:
+        claim_spec["storageClassName"] = redis.storage_class
+    answers = {"exec": {"command": redis_probe_command(("PONG", "LOADING"))}}
+    return {
+        "serviceName": REDIS_HEADLESS_NAME,
+        "replicas": 1,
+        "selector": {"matchLabels": redis_labels()},
+        "podManagementPolicy": "OrderedReady",
+        "updateStrategy": {"type": "RollingUpdate"},
+        # Deleting or replacing the StatefulSet keeps the claim (and so the counters).
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+        "template": {
+            "metadata": {
+                "labels": redis_labels(),
+                "annotations": {REDIS_CONFIG_ANNOTATION: checksum(redis_server_config())},
+            },
+            "spec": {
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": 30,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": REDIS_UID,
+                    "runAsGroup": REDIS_GID,
+                    "fsGroup": REDIS_GID,
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": REDIS_NAME,
+                        "image": redis.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", redis_start_script()],
+                        "env": [
+                            {"name": "REDIS_PASSWORD", "valueFrom": _password_from(REDIS_AUTH_SECRET)},
+                            {"name": "REDISCLI_AUTH", "valueFrom": _password_from(REDIS_AUTH_SECRET)},
+                        ],
+                        "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
+                        # Started = answering at all (a large append-only file can take a while to load).
+                        "startupProbe": {**answers, "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 60},
+                        "livenessProbe": {**answers, "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 6},
+                        "readinessProbe": {
+                            "exec": {"command": redis_probe_command()},
+                            "periodSeconds": 5,
+                            "timeoutSeconds": 2,
+                            "failureThreshold": 2,
+                        },
+                        "resources": {
+                            "requests": {"cpu": "50m", "memory": "128Mi"},
+                            "limits": {"memory": REDIS_MEMORY_LIMIT},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": [
+                            {"name": REDIS_VOLUME_CLAIM, "mountPath": REDIS_DATA_DIR},
+                            {"name": "config", "mountPath": REDIS_CONFIG_DIR, "readOnly": True},
+                            {"name": "tmp", "mountPath": "/tmp"},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {"name": "config", "configMap": {"name": REDIS_CONFIG_MAP}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
+                ],
+            },
+        },
+        "volumeClaimTemplates": [{"metadata": {"name": REDIS_VOLUME_CLAIM}, "spec": claim_spec}],
+    }
+
+
+def redis_service_spec(headless: bool) -> dict[str, Any]:
+    """The ClusterIP Service envoy-ratelimit dials, or the headless one that governs the StatefulSet."""
+    spec: dict[str, Any] = {
+        "selector": redis_labels(),
+        "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis", "protocol": "TCP"}],
+    }
+    if headless:
+        spec.update({"clusterIP": "None", "publishNotReadyAddresses": True})
+    else:
+        spec["type"] = "ClusterIP"
+    return spec
+
+
+def redis_network_policy_spec() -> dict[str, Any]:
+    """Admit only envoy-ratelimit pods in envoy-gateway-system, and only on the Redis port."""
+    return {
+        "podSelector": {"matchLabels": redis_labels()},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ENVOY_GATEWAY_NAMESPACE}},
+                        "podSelector": {"matchLabels": dict(RATELIMIT_POD_LABELS)},
+                    }
+                ],
+                "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+            }
+        ],
+    }

@@ -1,0 +1,155 @@
+"""A model of how Envoy Gateway v1.9 turns a BackendTrafficPolicy's global rules into counters.
+
+Used by the tests and the policy pack to answer, for an `x-actor-id` value: which rules apply, and
+under which Redis key each one counts. It follows the translation described for Envoy Gateway v1.9.0
+(internal/xds/translator/ratelimit.go) and the key layout of envoyproxy/ratelimit
+(src/limiter/cache_key.go): `<domain>_<key1>_<value1>_..._<windowStart>`.
+
+* shared rules: domain `<policyNs>/<policyName>`, first entry generic_key `<ns>/<name>/rule/<i>`;
+* header matches of all selectors are concatenated; entry keys are `rule-<k>-match-<m>`, k counted
+  separately among shared and non-shared rules;
+* Distinct contributes the header value; Exact / RegularExpression contribute key = value and gate the
+  rule (with `invert`, the entry exists only when the value does NOT match);
+* if any match yields no entry, Envoy sends no descriptor for the rule: it does not apply.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+try:  # Envoy and Envoy Gateway use RE2; prefer it when it is installed (it is in the dev requirements).
+    import re2 as _regex_engine  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - the policy pack may run without it
+    _regex_engine = re
+
+UNIT_SECONDS: dict[str, int] = {
+    "Second": 1,
+    "Minute": 60,
+    "Hour": 3600,
+    "Day": 86_400,
+    "Week": 7 * 86_400,
+    "Month": 30 * 86_400,
+    "Year": 365 * 86_400,
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> Any:
+    return _regex_engine.compile(pattern)
+
+
+def regex_full_match(pattern: str, value: str) -> bool:
+    """Envoy's safe_regex header match: the whole value must match."""
+    return _compiled(pattern).fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class AppliedRule:
+    """A rule that applies to a request, with the counter it charges."""
+
+    index: int
+    requests: int
+    unit: str
+    entries: tuple[tuple[str, str], ...]
+    domain: str
+
+    def counter_key(self, now: int) -> str:
+        """The Redis key of this counter at unix time `now` (fixed, epoch-aligned windows)."""
+        divider = UNIT_SECONDS[self.unit]
+        parts = [self.domain]
+        for key, value in self.entries:
+            parts.extend([key, value])
+        parts.append(str(now // divider * divider))
+        return "_".join(parts)
+
+    def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What the counter is, independent of time: domain plus descriptor entries."""
+        return self.domain, self.entries
+
+
+def _header_matches(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    headers: list[Mapping[str, Any]] = []
+    for selector in rule.get("clientSelectors") or []:
+        headers.extend(selector.get("headers") or [])
+    return headers
+
+
+def applied_rules(
+    policy_namespace: str,
+    policy_name: str,
+    rules: Sequence[Mapping[str, Any]],
+    request_headers: Mapping[str, str],
+) -> list[AppliedRule]:
+    """Every rule whose descriptor Envoy would send for a request with these headers."""
+    headers = {name.lower(): value for name, value in request_headers.items()}
+    applied: list[AppliedRule] = []
+    shared_seen = 0
+    unshared_seen = 0
+    for index, rule in enumerate(rules):
+        shared = bool(rule.get("shared", False))
+        domain_index = shared_seen if shared else unshared_seen
+        if shared:
+            shared_seen += 1
+        else:
+            unshared_seen += 1
+        entries: list[tuple[str, str]] = []
+        if shared:
+            rule_name = f"{policy_namespace}/{policy_name}/rule/{index}"
+            entries.append((rule_name, rule_name))
+        else:  # pragma: no cover - our policy has only shared rules; kept for the policy pack
+            entries.append(("route", "route"))
+        applies = True
+        for position, match in enumerate(_header_matches(rule)):
+            key = f"rule-{domain_index}-match-{position}"
+            value = headers.get(str(match["name"]).lower())
+            kind = match.get("type", "Exact")
+            if kind == "Distinct":
+                if value is None or match.get("invert"):
+                    applies = False
+                    break
+                entries.append((key, value))
+                continue
+            if value is None:
+                matched = False
+            elif kind == "Exact":
+                matched = value == match.get("value")
+            else:
+                matched = regex_full_match(str(match.get("value", "")), value)
+            if matched == bool(match.get("invert", False)):
+                applies = False
+                break
+            entries.append((key, key))
+        if not applies:
+            continue
+        domain = f"{policy_namespace}/{policy_name}" if shared else "listener"
+        limit = rule.get("limit") or {}
+        applied.append(
+            AppliedRule(
+                index=index,
+                requests=int(limit.get("requests", 0)),
+                unit=str(limit.get("unit", "Second")),
+                entries=tuple(entries),
+                domain=domain,
+            )
+        )
+    return applied
+
+
+def rules_for_actor(
+    policy_namespace: str, policy_name: str, rules: Sequence[Mapping[str, Any]], subject: str
+) -> list[AppliedRule]:
+    """The rules that charge a request whose verified `x-actor-id` is `subject`."""
+    return applied_rules(policy_namespace, policy_name, rules, {"x-actor-id": subject})
+
+
+def regex_is_valid(pattern: str) -> bool:
+    """Whether the RE2 engine (as Envoy Gateway's Go RE2 check) accepts the pattern."""
+    try:
+        _compiled(pattern)
+    except Exception:
+        return False
+    return True

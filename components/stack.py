@@ -1,0 +1,103 @@
+"""Wire the components together in dependency order. Everything here was validated by program.load()."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+
+from components.actor_egress import ActorEgressPolicies
+from components.budget_rules import BudgetRules
+from components.budgets import Budgets
+from components.gateway import ModelGateway
+from components.idp_trust import SubstrateIdpTrust
+from components.mock_model import MockModel
+from components.models import Models
+from components.platform_releases import Platform
+from components.program import egress_settings, secret_config
+from components.settings import StackSettings
+
+
+def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
+    """The one explicit Kubernetes provider: the kube context comes from config, never the ambient one."""
+    return k8s.Provider(
+        "kubernetes",
+        context=settings.kubernetes.context,
+        kubeconfig=settings.kubernetes.kubeconfig,
+        enable_server_side_apply=True,
+    )
+
+
+def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
+    """Each provider's key: from secret config, or generated for the in-cluster mock."""
+    keys: dict[str, pulumi.Output[str]] = {}
+    for provider in settings.providers:
+        if provider.needs_api_key:
+            keys[provider.name] = secret_config(provider.api_key_config_key)
+        else:
+            generated = random.RandomPassword(f"{provider.name}-api-key", length=40, special=False)
+            keys[provider.name] = pulumi.Output.secret(generated.result)
+    return keys
+
+
+def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
+    """Declare every resource; return the stack outputs (nothing secret)."""
+    cluster = kubernetes_provider(settings)
+    with_cluster = pulumi.ResourceOptions(providers={"kubernetes": cluster})
+
+    platform = Platform("platform", settings, opts=with_cluster)
+    deps = platform.deps
+    gateway = ModelGateway(
+        "gateway",
+        settings,
+        crds=deps.envoy_gateway,
+        controller=deps.agent_router_controller,
+        opts=with_cluster,
+    )
+    namespace = [gateway.namespace]
+    idp = SubstrateIdpTrust(
+        "substrate-idp", settings, depends_on=[*deps.envoy_gateway, *namespace], opts=with_cluster
+    )
+    keys = provider_keys(settings)
+    models = Models(
+        "models",
+        settings,
+        keys,
+        gateway_crds=deps.envoy_gateway,
+        ai_crds=deps.agent_router_crds,
+        namespace=namespace,
+        opts=with_cluster,
+    )
+    mock = settings.mock_provider
+    if mock is not None:
+        MockModel(
+            "mock-model",
+            settings,
+            mock,
+            key_secret=[models.key_secrets[mock.name]],
+            gateway_crds=deps.envoy_gateway,
+            namespace=namespace,
+            opts=with_cluster,
+        )
+    Budgets(
+        "budgets",
+        settings,
+        rules,
+        crds=[*deps.envoy_gateway, *namespace],
+        idp_backend=[idp.backend],
+        rate_limit_store=deps.rate_limit_store,
+        opts=with_cluster,
+    )
+    if settings.substrate.egress.enabled:
+        ActorEgressPolicies("actor-egress", egress_settings(settings))
+
+    return {
+        "gatewayUrl": f"http://{gateway.hostname}:{settings.gateway.port}",
+        "actors": len(settings.actors),
+        "budgetRules": rules.summary(),
+        "routes": {route.name: route.models for route in settings.routes},
+        "redisMode": settings.redis.mode,
+        "failClosed": settings.rate_limit.fail_closed,
+    }

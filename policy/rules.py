@@ -1,0 +1,1099 @@
+"""The agent-budgets CrossGuard rules: pure checks, and the policy objects that report them.
+
+Everything here is importable without starting the pack (`policy/__main__.py` builds the `PolicyPack`,
+which blocks forever). Each check is a pure function over a `Resource` (type, name, URN and plain
+props) returning one message per problem; each message names the resource and what to fix. The
+`ResourceValidationPolicy` / `StackValidationPolicy` objects at the bottom only adapt these checks to
+the engine: they turn the engine's props (read-only proxies that raise on values unknown during
+preview) into plain data first, so an unknown value skips the check that needs it instead of
+silencing the whole policy.
+
+Resource validations see a resource's *inputs* (camelCase for Kubernetes objects, snake_case for the
+egress-policy dynamic resource); the stack validations see *outputs* (for these objects the same
+shape, plus what the cluster adds).
+
+The rules reuse the program's facts rather than restating them: Envoy Gateway's caps and the cost
+metadata from `components/budget_rules.py`, the rule-translation model in
+`components/ratelimit_model.py`, the gateway hostname and provider hosts from `components/settings.py`
+and `components/egress.py` (whose `build_rules` is exactly what the dynamic provider sends).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    Policy,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    Severity,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UnknownValueError
+
+from components.budget_rules import (
+    ACTOR_HEADER,
+    COST_METADATA_KEY,
+    COST_METADATA_NAMESPACE,
+    MAX_HEADERS_PER_SELECTOR,
+    MAX_RULES,
+    MAX_SELECTORS,
+    MAX_VALUE_LENGTH,
+    actor_subject,
+)
+from components.egress import WELL_KNOWN_PROVIDER_HOSTS, PolicyInputs, build_rules, patterns_overlap
+from components.ratelimit_model import regex_is_valid, rules_for_actor
+from components.settings import GATEWAY_HOSTNAME, KNOWN_PROVIDER_HOSTS, PROJECT
+
+PACK_NAME = "agent-budgets"
+DYNAMIC_RESOURCE_TYPE = "pulumi-python:dynamic:Resource"
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+ENVOY_GATEWAY_CHART = "gateway-helm"
+DEFAULT_DEV_STACKS: tuple[str, ...] = ("dev",)
+AUTHORIZATION = "authorization"
+BEARER_PREFIX = "Bearer "
+MIN_JWT_SECONDS, MAX_JWT_SECONDS = 300, 3600
+REDIS_NAME = "redis"
+# A subject in no budget class: it must land in exactly one rule (the default) like any unlisted actor.
+PROBE_ACTOR = "policy-probe/unlisted-actor"
+
+# Literal values shaped like model-provider API keys (OpenAI/Anthropic/DeepSeek/OpenRouter `sk-...`,
+# Google `AIza...`, Groq `gsk_...`, xAI `xai-...`). Not preceded by a letter or digit, so `task-...`
+# or `disk-...` never match.
+PROVIDER_KEY_PATTERN = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|gsk_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})"
+)
+# An env var holds a credential when its name ends in one of these words (REDIS_AUTH, GITHUB_TOKEN,
+# CLIENT_SECRET), or in KEY after one of the KEY_QUALIFIERS (OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY).
+# MOCK_TOTAL_TOKENS (a count), TOKEN_TTL or API_KEY_FILE (a path) do not.
+SENSITIVE_ENV_SUFFIXES = frozenset(
+    {"TOKEN", "PASSWORD", "PASSWD", "PASS", "SECRET", "APIKEY", "AUTH", "CREDENTIAL", "CREDENTIALS"}
+)
+KEY_QUALIFIERS = frozenset({"API", "SECRET", "ACCESS", "PRIVATE", "AUTH", "SIGNING"})
+# BackendSecurityPolicy types that hold a key, and the field holding its reference.
+CREDENTIAL_FIELDS: dict[str, str] = {
+    "APIKey": "apiKey",
+    "AnthropicAPIKey": "anthropicAPIKey",
+    "AzureAPIKey": "azureAPIKey",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plain data from the engine's props
+
+
+class _Unknown:
+    """A value the engine cannot know during preview (an output of a resource not created yet)."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<unknown during preview>"
+
+
+UNKNOWN = _Unknown()
+
+
+def plain(value: Any) -> Any:
+    """Engine props (proxies that raise on unknowns) as plain dicts and lists, unknowns as UNKNOWN.
+
+    Whole numbers arriving as floats (protobuf Struct has only doubles) become ints.
+    """
+    if isinstance(value, str | bytes | bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key in value:
+            try:
+                out[str(key)] = plain(value[key])
+            except UnknownValueError:
+                out[str(key)] = UNKNOWN
+        return out
+    if isinstance(value, Sequence):
+        items: list[Any] = []
+        for index in range(len(value)):
+            try:
+                items.append(plain(value[index]))
+            except UnknownValueError:
+                items.append(UNKNOWN)
+        return items
+    return value
+
+
+def has_unknown(value: Any) -> bool:
+    """Whether any part of a plain value is unknown."""
+    if value is UNKNOWN:
+        return True
+    if isinstance(value, dict):
+        return any(has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_unknown(v) for v in value)
+    return False
+
+
+def dig(value: Any, *path: str) -> Any:
+    """`value[path[0]][path[1]]...`, or None where a step is missing or not a mapping."""
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def as_list(value: Any) -> list[Any]:
+    """A list value, or [] for anything else (missing, unknown, scalar)."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """A mapping value, or {} for anything else."""
+    return value if isinstance(value, dict) else {}
+
+
+def lower(value: Any) -> str:
+    """A string compared case-insensitively (header names); '' for non-strings."""
+    return value.lower() if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource as a check sees it: plain props, whatever the engine handed over."""
+
+    type: str
+    name: str
+    props: dict[str, Any]
+    urn: str = ""
+
+    @property
+    def kind(self) -> str:
+        """`kubernetes:gateway.envoyproxy.io/v1alpha1:Backend` → `Backend`."""
+        return self.type.rsplit(":", 1)[-1]
+
+    @property
+    def group(self) -> str:
+        """`kubernetes:gateway.envoyproxy.io/v1alpha1:Backend` → `gateway.envoyproxy.io` (`core` for core)."""
+        if not self.type.startswith("kubernetes:"):
+            return ""
+        api_version = self.type.split(":")[1]
+        return api_version.split("/")[0] if "/" in api_version else ""
+
+    @property
+    def is_kubernetes(self) -> bool:
+        return self.type.startswith("kubernetes:")
+
+    def is_kind(self, group: str, kind: str) -> bool:
+        """A Kubernetes object of this API group and kind."""
+        return self.is_kubernetes and self.group == group and self.kind == kind
+
+    @property
+    def object_name(self) -> str:
+        """`namespace/name` of a Kubernetes object (or the Pulumi name when metadata is missing)."""
+        meta = as_dict(self.props.get("metadata"))
+        name = meta.get("name")
+        if not isinstance(name, str):
+            return self.name
+        namespace = meta.get("namespace")
+        return f"{namespace}/{name}" if isinstance(namespace, str) else name
+
+    @property
+    def namespace(self) -> str:
+        namespace = dig(self.props, "metadata", "namespace")
+        return namespace if isinstance(namespace, str) else ""
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return as_dict(self.props.get("spec"))
+
+    def describe(self) -> str:
+        """How messages name the resource: its kind and object name, and the Pulumi name."""
+        if is_egress_policy(self):
+            actor = f"{self.props.get('atespace')}/{self.props.get('actor')}"
+            return f"egress policy of actor {actor} (Pulumi resource {self.name!r})"
+        if self.type == HELM_RELEASE_TYPE and isinstance(self.props.get("name"), str):
+            release = f"{self.props.get('namespace')}/{self.props['name']}"
+            return f"Helm release {release} (Pulumi resource {self.name!r})"
+        if self.is_kubernetes:
+            return f"{self.kind} {self.object_name} (Pulumi resource {self.name!r})"
+        return f"{self.type} {self.name!r}"
+
+
+def stack_of_urn(urn: str) -> str:
+    """`urn:pulumi:<stack>::<project>::<type>::<name>` → `<stack>` ('' when the URN has another shape)."""
+    if not urn.startswith("urn:pulumi:"):
+        return ""
+    return urn.removeprefix("urn:pulumi:").split("::", 1)[0]
+
+
+def is_egress_policy(resource: Resource) -> bool:
+    """The per-actor Substrate egress policy (a Pulumi dynamic resource with our input names)."""
+    return resource.type == DYNAMIC_RESOURCE_TYPE and all(
+        key in resource.props for key in ("atespace", "actor", "gateway_hostname")
+    )
+
+
+def header_matches(rule: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every header match of a rate-limit rule, selector after selector."""
+    matches: list[dict[str, Any]] = []
+    for selector in as_list(rule.get("clientSelectors")):
+        matches.extend(m for m in as_list(as_dict(selector).get("headers")) if isinstance(m, dict))
+    return matches
+
+
+def keyed_on_actor(rule: Mapping[str, Any]) -> bool:
+    """A rate-limit rule that selects on `x-actor-id`: a budget rule."""
+    return any(lower(m.get("name")) == ACTOR_HEADER for m in header_matches(rule))
+
+
+def global_rules(resource: Resource) -> list[dict[str, Any]]:
+    rules = dig(resource.spec, "rateLimit", "global", "rules")
+    return [r for r in as_list(rules) if isinstance(r, dict)]
+
+
+def local_rules(resource: Resource) -> list[dict[str, Any]]:
+    rules = dig(resource.spec, "rateLimit", "local", "rules")
+    return [r for r in as_list(rules) if isinstance(r, dict)]
+
+
+def is_budget_policy(resource: Resource) -> bool:
+    """A BackendTrafficPolicy with a global rule keyed on `x-actor-id`."""
+    return resource.is_kind("gateway.envoyproxy.io", "BackendTrafficPolicy") and any(
+        keyed_on_actor(rule) for rule in global_rules(resource)
+    )
+
+
+def copies_sub_to_actor_header(provider: Mapping[str, Any]) -> bool:
+    """A JWT provider with `claimToHeaders: [{claim: sub, header: x-actor-id}]`."""
+    return any(
+        lower(entry.get("header")) == ACTOR_HEADER and entry.get("claim") == "sub"
+        for entry in as_list(provider.get("claimToHeaders"))
+        if isinstance(entry, dict)
+    )
+
+
+def target_keys(resource: Resource) -> set[tuple[str, str, str]]:
+    """(namespace, kind, name) of everything a policy attaches to."""
+    keys: set[tuple[str, str, str]] = set()
+    for ref in as_list(resource.spec.get("targetRefs")):
+        if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+            keys.add((resource.namespace, str(ref.get("kind", "")), ref["name"]))
+    ref = resource.spec.get("targetRef")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        keys.add((resource.namespace, str(ref.get("kind", "")), ref["name"]))
+    return keys
+
+
+def walk(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every (path, node) of a plain value, depth first; list indexes appear as `[i]`."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from walk(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from walk(item, (*path, f"[{index}]"))
+
+
+def dotted(path: Sequence[str]) -> str:
+    """`('spec', 'env', '[0]', 'value')` → `spec.env[0].value`."""
+    text = ""
+    for part in path:
+        text += part if part.startswith("[") or not text else f".{part}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mandatory resource checks
+
+
+def check_backend_removes_authorization(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """Every AIServiceBackend removes `authorization` before the request leaves for the provider."""
+    del config
+    if not resource.is_kind("aigateway.envoyproxy.io", "AIServiceBackend"):
+        return []
+    removed = dig(resource.spec, "headerMutation", "remove")
+    if has_unknown(removed):
+        return []
+    if any(lower(header) == AUTHORIZATION for header in as_list(removed)):
+        return []
+    return [
+        f"{resource.describe()} does not remove the authorization header: the actor's JWT would travel on "
+        "to the provider (AnthropicAPIKey sets only x-api-key and leaves it in place). Add "
+        "`headerMutation: {remove: [authorization]}` to its spec (the provider key is set after the removal)"
+    ]
+
+
+def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """Every rule keyed on `x-actor-id`: global, shared, free request, response charged in total tokens."""
+    del config
+    if not resource.is_kind("gateway.envoyproxy.io", "BackendTrafficPolicy"):
+        return []
+    problems: list[str] = []
+    who = resource.describe()
+    for index, rule in enumerate(local_rules(resource)):
+        if keyed_on_actor(rule):
+            problems.append(
+                f"{who}: local rate-limit rule {index} is keyed on {ACTOR_HEADER}: a local limit counts per "
+                "Envoy replica and forgets on restart, so it is no budget. Move it under rateLimit.global.rules"
+            )
+    for index, rule in enumerate(global_rules(resource)):
+        if not keyed_on_actor(rule):
+            continue
+        where = f"{who}: budget rule {index}"
+        distinct = [
+            m for m in header_matches(rule) if lower(m.get("name")) == ACTOR_HEADER and m.get("type") == "Distinct"
+        ]
+        if not distinct and not has_unknown(rule.get("clientSelectors")):
+            problems.append(
+                f"{where} has no Distinct match on {ACTOR_HEADER}: every actor it admits would share one "
+                f"bucket. Add `{{name: {ACTOR_HEADER}, type: Distinct}}` as its first header match"
+            )
+        shared = rule.get("shared")
+        if shared is not True and shared is not UNKNOWN:
+            problems.append(
+                f"{where} is not `shared: true`: each model route would get its own bucket, multiplying the "
+                "actor's budget by the number of routes. Set shared: true"
+            )
+        if has_unknown(rule.get("cost")):
+            continue  # unknown during preview
+        request = as_dict(dig(rule, "cost", "request"))
+        if not (request.get("from") == "Number" and request.get("number") == 0):
+            problems.append(
+                f"{where} charges the request ({request or 'no cost.request'}): the request count would eat "
+                "into the token budget. Set cost.request to {from: Number, number: 0}"
+            )
+        response = as_dict(dig(rule, "cost", "response"))
+        metadata = as_dict(response.get("metadata"))
+        expected = {"namespace": COST_METADATA_NAMESPACE, "key": COST_METADATA_KEY}
+        if not (
+            response.get("from") == "Metadata"
+            and metadata.get("namespace") == COST_METADATA_NAMESPACE
+            and metadata.get("key") == COST_METADATA_KEY
+        ):
+            problems.append(
+                f"{where} does not charge the response's token count ({response or 'no cost.response'}): set "
+                f"cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
+                "reports for every response and stream"
+            )
+    return problems
+
+
+# Keys under which a header modifier changes the *response*: x-actor-id there is harmless.
+_RESPONSE_KEYS = re.compile(r"response", re.IGNORECASE)
+
+
+def check_actor_header_untouched(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """Nothing but the JWT filter sets `x-actor-id`, and nothing removes it on the way to the provider.
+
+    The only allowed touch is the ClientTrafficPolicy's `earlyRequestHeaders.remove`, which drops a
+    client-sent value before the JWT filter runs.
+    """
+    del config
+    if not resource.is_kubernetes or resource.kind in ("Secret", "ConfigMap"):
+        return []
+    problems: list[str] = []
+    who = resource.describe()
+    scope = {key: value for key, value in resource.props.items() if key not in ("metadata", "apiVersion", "kind")}
+    for path, node in walk(scope):
+        if not isinstance(node, dict) or any(_RESPONSE_KEYS.search(part) for part in path):
+            continue
+        where = dotted(path) or "spec"
+        early = bool(path) and path[-1] == "earlyRequestHeaders"
+        if not early and any(lower(h) == ACTOR_HEADER for h in as_list(node.get("remove"))):
+            problems.append(
+                f"{who}: {where}.remove drops {ACTOR_HEADER} before the request is done: the rate limit reads "
+                f"it again to charge the response, so nothing would be charged. Remove {ACTOR_HEADER} from "
+                "that list (only ClientTrafficPolicy earlyRequestHeaders may drop it, before the JWT filter)"
+            )
+        for verb in ("set", "add"):
+            for entry in as_list(node.get(verb)):
+                if isinstance(entry, dict) and lower(entry.get("name")) == ACTOR_HEADER:
+                    problems.append(
+                        f"{who}: {where}.{verb} writes {ACTOR_HEADER}: only the verified JWT subject may set it, "
+                        "or a request could spend another actor's budget. Remove that entry"
+                    )
+        if lower(node.get("forwardClientIDHeader")) == ACTOR_HEADER:
+            problems.append(
+                f"{who}: {where}.forwardClientIDHeader writes {ACTOR_HEADER}: only the verified JWT subject "
+                "may set it. Forward the client ID in another header"
+            )
+        if any(lower(h) == ACTOR_HEADER for h in as_list(node.get("headersToBackend"))):
+            problems.append(
+                f"{who}: {where}.headersToBackend lets an external authorizer write {ACTOR_HEADER}: only the "
+                "verified JWT subject may set it. Remove it from that list"
+            )
+        for entry in as_list(node.get("claimToHeaders")):
+            if (
+                isinstance(entry, dict)
+                and lower(entry.get("header")) == ACTOR_HEADER
+                and entry.get("claim") not in ("sub", UNKNOWN)
+            ):
+                problems.append(
+                    f"{who}: {where}.claimToHeaders copies claim {entry.get('claim')!r} into {ACTOR_HEADER}: the "
+                    "budget key must be the JWT subject (actor/<atespace>/<name>). Use claim: sub"
+                )
+    return problems
+
+
+def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """A JWT SecurityPolicy: required token, audiences on every provider, and `sub` → `x-actor-id`."""
+    del config
+    if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
+        return []
+    jwt = resource.spec.get("jwt")
+    if not isinstance(jwt, dict):
+        return []
+    who = resource.describe()
+    problems: list[str] = []
+    if jwt.get("optional") is True:
+        problems.append(
+            f"{who}: jwt.optional is true: a request without a token would pass with no {ACTOR_HEADER} and "
+            "so with no budget. Remove optional (or set it to false)"
+        )
+    providers = [p for p in as_list(jwt.get("providers")) if isinstance(p, dict)]
+    if not providers:
+        problems.append(f"{who}: jwt has no providers: add the Substrate IdP provider")
+    for position, provider in enumerate(providers):
+        label = f"JWT provider {provider.get('name', position)!r}"
+        audiences = provider.get("audiences")
+        if not has_unknown(audiences) and not any(isinstance(a, str) and a for a in as_list(audiences)):
+            problems.append(
+                f"{who}: {label} has no audiences: any token the issuer signs, for any service, would be "
+                "accepted here. Set audiences to the one the egress policies request (agent-router)"
+            )
+        claims = provider.get("claimToHeaders")
+        if not has_unknown(claims) and not copies_sub_to_actor_header(provider):
+            problems.append(
+                f"{who}: {label} does not copy claim sub into {ACTOR_HEADER}: requests it admits carry no "
+                f"actor id, so no budget rule applies to them. Add claimToHeaders: "
+                f"[{{header: {ACTOR_HEADER}, claim: sub}}]"
+            )
+    return problems
+
+
+def _egress_rules(resource: Resource) -> list[Any] | None:
+    """The rules the provider sends: `rules` when the props carry them, else built from the inputs.
+
+    None when an input they depend on is unknown.
+    """
+    rules = resource.props.get("rules")
+    if isinstance(rules, list) and rules:
+        return rules
+    keys = ("gateway_hostname", "gateway_port", "audiences", "expiration_seconds", "extra_hostnames")
+    if any(has_unknown(resource.props.get(key)) for key in keys):
+        return None
+    return build_rules(PolicyInputs.from_props(resource.props))
+
+
+def _rule_kind(rule: Any) -> tuple[str, dict[str, Any]]:
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return "", {}
+    [(kind, body)] = rule.items()
+    kind = {"tls_passthrough": "tlsPassthrough"}.get(kind, kind)
+    return kind, as_dict(body)
+
+
+def provider_hosts(resource: Resource) -> list[str]:
+    """Model-provider host patterns no actor may reach: the configured ones and every well-known one."""
+    configured = [h for h in as_list(resource.props.get("provider_hosts")) if isinstance(h, str)]
+    hosts: list[str] = []
+    for host in (*configured, *KNOWN_PROVIDER_HOSTS, *WELL_KNOWN_PROVIDER_HOSTS):
+        if host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def check_egress_reaches_only_the_gateway(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """An actor's egress policy: one http rule for the gateway swapping Authorization for a short-lived
+    actor JWT; any other rule is an effect-free tlsPassthrough toward a non-provider host."""
+    if not is_egress_policy(resource):
+        return []
+    rules = _egress_rules(resource)
+    if rules is None:
+        return []
+    gateway = str(config.get("gatewayHostname") or GATEWAY_HOSTNAME)
+    who = resource.describe()
+    problems: list[str] = []
+    jwt_rules = 0
+    providers = provider_hosts(resource)
+    for index, rule in enumerate(rules):
+        kind, body = _rule_kind(rule)
+        where = f"{who}: egress rule {index + 1}" + (f" ({kind})" if kind else "")
+        hosts = [h for h in as_list(body.get("hostnames")) if isinstance(h, str)]
+        headers = [h for h in as_list(dig(body, "effects", "replaceHeaders")) if isinstance(h, dict)]
+        if headers:
+            jwt_rules += 1
+            problems.extend(_jwt_rule_problems(where, kind, hosts, headers, gateway))
+            continue
+        if kind != "tlsPassthrough":
+            problems.append(
+                f"{where} for {hosts} has no actor-JWT effect: besides the gateway rule only tlsPassthrough "
+                "rules (agent-budgets:substrate.egress.extraHostnames) are allowed. Remove it"
+            )
+            continue
+        for host in hosts:
+            clashes = [p for p in providers if patterns_overlap(host, p)]
+            if clashes:
+                problems.append(
+                    f"{where} lets the actor reach model provider host {clashes[0]!r} through {host!r} "
+                    f"directly, around the gateway and its budget. Remove {host!r} from "
+                    f"{PROJECT}:substrate.egress.extraHostnames"
+                )
+            elif host == gateway:
+                problems.append(
+                    f"{where} names the gateway {gateway!r} without the actor JWT: remove {host!r} from "
+                    f"{PROJECT}:substrate.egress.extraHostnames"
+                )
+    if jwt_rules == 0:
+        problems.append(
+            f"{who} has no http rule for {gateway} that replaces Authorization with the actor JWT: the "
+            "actor's model calls would carry no identity and be refused. Restore the gateway rule"
+        )
+    elif jwt_rules > 1:
+        problems.append(
+            f"{who} has {jwt_rules} rules with header effects: exactly one, the http rule for {gateway}, "
+            "may carry the actor JWT"
+        )
+    return problems
+
+
+def _jwt_rule_problems(
+    where: str, kind: str, hosts: list[str], headers: list[dict[str, Any]], gateway: str
+) -> list[str]:
+    problems: list[str] = []
+    if kind != "http":
+        problems.append(
+            f"{where} carries header effects: only the http rule for {gateway} may (Envoy Gateway listens "
+            "in plain HTTP; Substrate's https rules decrypt traffic). Make it an http rule"
+        )
+    if hosts != [gateway]:
+        problems.append(
+            f"{where} sends the actor JWT to {hosts}: the rule with the actorJwt effect must name only "
+            f"{gateway!r}, or the token (and the actor's calls) reach other hosts"
+        )
+    if [lower(h.get("header")) for h in headers] != [AUTHORIZATION]:
+        names = [h.get("header") for h in headers]
+        problems.append(
+            f"{where} replaces headers {names}: it must replace exactly Authorization, which the gateway verifies"
+        )
+    for entry in headers:
+        if "credentialUri" in entry or "credential_uri" in entry:
+            problems.append(
+                f"{where} injects a stored credential (credentialUri) into the actor's traffic: actors get "
+                "only their own actor JWT; provider keys stay in the gateway's Secrets"
+            )
+            continue
+        jwt = as_dict(entry.get("actorJwt") or entry.get("actor_jwt"))
+        if not jwt:
+            problems.append(f"{where} replaces {entry.get('header')!r} without an actorJwt source: use actorJwt")
+            continue
+        if entry.get("prefix") != BEARER_PREFIX:
+            problems.append(
+                f"{where} uses prefix {entry.get('prefix')!r}: the gateway's JWT filter reads "
+                f"'Authorization: Bearer <token>', so the prefix must be {BEARER_PREFIX!r}"
+            )
+        if not any(isinstance(a, str) and a for a in as_list(jwt.get("audiences"))):
+            problems.append(f"{where} requests an actor JWT without audiences: request the gateway's (agent-router)")
+        seconds = jwt.get("expirationSeconds", jwt.get("expiration_seconds"))
+        if isinstance(seconds, str) and seconds.strip().isdigit():
+            seconds = int(seconds)
+        if isinstance(seconds, float) and seconds.is_integer():
+            seconds = int(seconds)
+        valid = isinstance(seconds, int) and not isinstance(seconds, bool)
+        if not valid or not MIN_JWT_SECONDS <= seconds <= MAX_JWT_SECONDS:
+            problems.append(
+                f"{where}: actorJwt.expirationSeconds is {seconds!r}: it must be a whole number from "
+                f"{MIN_JWT_SECONDS} to {MAX_JWT_SECONDS} (Substrate refuses others; 900 is the default). Fix "
+                f"{PROJECT}:substrate.egress.expirationSeconds"
+            )
+    return problems
+
+
+def sensitive_env_name(name: str) -> bool:
+    """Whether an env var of this name carries a credential (so must come from a Secret)."""
+    segments = [s for s in re.split(r"[^A-Z0-9]+", name.upper()) if s]
+    if not segments:
+        return False
+    last = segments[-1]
+    if last in SENSITIVE_ENV_SUFFIXES or last.endswith("APIKEY"):
+        return True
+    return last == "KEY" and len(segments) > 1 and segments[-2] in KEY_QUALIFIERS
+
+
+def check_provider_keys_in_secrets(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """Provider keys reach the cluster only as Secrets: credential references, no literals anywhere else."""
+    del config
+    if not resource.is_kubernetes or resource.kind == "Secret":
+        return []
+    who = resource.describe()
+    problems: list[str] = []
+    if resource.is_kind("aigateway.envoyproxy.io", "BackendSecurityPolicy"):
+        problems.extend(_credential_reference_problems(resource, who))
+    scope = {key: value for key, value in resource.props.items() if key not in ("apiVersion", "kind")}
+    for path, node in walk(scope):
+        if isinstance(node, str) and PROVIDER_KEY_PATTERN.search(node):
+            problems.append(
+                f"{who}: {dotted(path)} holds a literal that looks like a model-provider API key: keys live only "
+                "in a Secret (from `pulumi config set --secret`). Reference the Secret instead, and rotate the key"
+            )
+        if path and path[-1] == "env":
+            for entry in as_list(node):
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    continue
+                if sensitive_env_name(entry["name"]) and "value" in entry and entry["value"] not in ("", None):
+                    problems.append(
+                        f"{who}: {dotted(path)} sets {entry['name']} to a literal value: credentials reach "
+                        "containers only from a Secret. Use valueFrom.secretKeyRef"
+                    )
+    return problems
+
+
+def _credential_reference_problems(resource: Resource, who: str) -> list[str]:
+    spec = resource.spec
+    kind = spec.get("type")
+    problems: list[str] = []
+    for field_name in CREDENTIAL_FIELDS.values():
+        block = spec.get(field_name)
+        if block is None or has_unknown(block):
+            continue
+        if not isinstance(block, dict):
+            problems.append(f"{who}: spec.{field_name} is not a secretRef: reference the provider key's Secret")
+            continue
+        inline = sorted(key for key in block if key != "secretRef")
+        if inline:
+            problems.append(
+                f"{who}: spec.{field_name} carries {inline} besides secretRef: the key must come only from a "
+                "Secret. Remove them and keep secretRef"
+            )
+        ref = block.get("secretRef")
+        if not isinstance(ref, dict) or not ref.get("name"):
+            problems.append(
+                f"{who}: spec.{field_name} has no secretRef.name: reference the Secret holding the provider key"
+            )
+        elif ref.get("kind") not in (None, "Secret"):
+            problems.append(f"{who}: spec.{field_name}.secretRef points at a {ref['kind']}: it must be a Secret")
+    expected = CREDENTIAL_FIELDS.get(kind) if isinstance(kind, str) else None
+    if expected and spec.get(expected) is None:
+        problems.append(f"{who}: type {kind} needs spec.{expected}.secretRef naming the provider key's Secret")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Advisory resource checks
+
+
+def check_fails_closed_outside_dev(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """Envoy Gateway's rate limiting fails closed on every stack but the dev ones."""
+    if resource.type != HELM_RELEASE_TYPE:
+        return []
+    chart = resource.props.get("chart")
+    if not isinstance(chart, str) or chart.rstrip("/").rsplit("/", 1)[-1] != ENVOY_GATEWAY_CHART:
+        return []
+    stack = stack_of_urn(resource.urn)
+    dev_stacks = config.get("devStacks")
+    if not isinstance(dev_stacks, list):
+        dev_stacks = list(DEFAULT_DEV_STACKS)
+    if not stack or stack in dev_stacks:
+        return []
+    fail_closed = dig(resource.props, "values", "config", "envoyGateway", "rateLimit", "failClosed")
+    if fail_closed is True or fail_closed is UNKNOWN:
+        return []
+    return [
+        f"{resource.describe()}: stack {stack!r} fails open: when Redis or the rate-limit service is down, "
+        "every agent calls the models with no budget at all. Set agent-budgets:rateLimit.failClosed: true "
+        f"(or list {stack!r} in this policy's devStacks if it is a throwaway stack)"
+    ]
+
+
+def check_idp_trust_verifies(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """The Backend Envoy Gateway fetches the actor JWKS through verifies the IdP's certificate."""
+    del config
+    if not resource.is_kind("gateway.envoyproxy.io", "Backend"):
+        return []
+    if dig(resource.spec, "tls", "insecureSkipVerify") is not True:
+        return []
+    return [
+        f"{resource.describe()} skips TLS verification: whoever can answer for the IdP's name can serve "
+        "their own signing keys and mint any actor's identity (and spend its budget). Set "
+        "agent-budgets:substrate.trust.mode to clusterTrustBundle or configMap"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stack checks
+
+
+@dataclass
+class StackProblem:
+    """A stack-level violation, attached to one resource when there is one to blame."""
+
+    message: str
+    urn: str = ""
+
+
+@dataclass
+class _BudgetPolicy:
+    resource: Resource
+    rules: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
+    """Every actor falls in exactly one budget rule; the budget policy stays within Envoy Gateway's caps;
+    exactly one budget policy per target; and a JWT SecurityPolicy on that target sets x-actor-id."""
+    del config
+    budget_policies = [_BudgetPolicy(r, global_rules(r)) for r in resources if is_budget_policy(r)]
+    if not budget_policies:
+        return [
+            StackProblem(
+                f"no BackendTrafficPolicy has a global rate-limit rule keyed on {ACTOR_HEADER}: no agent has a "
+                "token budget. The program's Budgets component declares one; restore it"
+            )
+        ]
+    problems: list[StackProblem] = []
+    owners: dict[tuple[str, str, str], Resource] = {}
+    for policy in budget_policies:
+        for key in sorted(target_keys(policy.resource)):
+            if key in owners:
+                problems.append(
+                    StackProblem(
+                        f"{policy.resource.describe()} and {owners[key].describe()} both hold budget rules for "
+                        f"{key[1]} {key[0]}/{key[2]}: Envoy Gateway applies only the oldest and ignores the "
+                        "other. Keep every budget rule in one policy",
+                        policy.resource.urn,
+                    )
+                )
+            else:
+                owners[key] = policy.resource
+        problems.extend(_cap_problems(policy))
+    problems.extend(_jwt_presence_problems(resources, budget_policies))
+    actors = sorted(
+        {
+            f"{r.props['atespace']}/{r.props['actor']}"
+            for r in resources
+            if is_egress_policy(r) and all(isinstance(r.props.get(key), str) for key in ("atespace", "actor"))
+        }
+    )
+    for policy in budget_policies:
+        if any(has_unknown(rule) for rule in policy.rules) or not _regexes_valid(policy.rules):
+            continue  # unknown during preview, or already reported as an invalid pattern
+        namespace = policy.resource.namespace
+        name = str(dig(policy.resource.props, "metadata", "name") or policy.resource.name)
+        for actor in [*actors, PROBE_ACTOR]:
+            applied = rules_for_actor(namespace, name, policy.rules, actor_subject(actor))
+            if len(applied) == 1:
+                continue
+            who = "an actor in no budget class" if actor == PROBE_ACTOR else f"actor {actor}"
+            if not applied:
+                message = (
+                    f"{policy.resource.describe()}: {who} falls in no budget rule, so its calls are not "
+                    "counted at all. The default rule must admit every actor not in a class"
+                )
+            else:
+                indexes = ", ".join(str(rule.index) for rule in applied)
+                message = (
+                    f"{policy.resource.describe()}: {who} falls in {len(applied)} budget rules ({indexes}): each "
+                    "one charges it, and the smallest budget wins. Exclude class members from the default "
+                    "rule and keep each actor in at most one class"
+                )
+            problems.append(StackProblem(message, policy.resource.urn))
+    return problems
+
+
+def _regexes_valid(budget_rules: list[dict[str, Any]]) -> bool:
+    return all(
+        regex_is_valid(match["value"])
+        for rule in budget_rules
+        for match in header_matches(rule)
+        if match.get("type") == "RegularExpression" and isinstance(match.get("value"), str)
+    )
+
+
+def _cap_problems(policy: _BudgetPolicy) -> list[StackProblem]:
+    who = policy.resource.describe()
+    urn = policy.resource.urn
+    problems: list[StackProblem] = []
+    if len(policy.rules) > MAX_RULES:
+        problems.append(
+            StackProblem(
+                f"{who} has {len(policy.rules)} rate-limit rules, over Envoy Gateway's {MAX_RULES}: it would be "
+                "rejected. Merge budget classes that share tokens and per",
+                urn,
+            )
+        )
+    for index, rule in enumerate(policy.rules):
+        selectors = as_list(rule.get("clientSelectors"))
+        if len(selectors) > MAX_SELECTORS:
+            problems.append(
+                StackProblem(
+                    f"{who}: rule {index} has {len(selectors)} client selectors, over Envoy Gateway's "
+                    f"{MAX_SELECTORS}: lower agent-budgets:budgetPolicy.exclusionSlots",
+                    urn,
+                )
+            )
+        for position, selector in enumerate(selectors):
+            headers = as_list(as_dict(selector).get("headers"))
+            if len(headers) > MAX_HEADERS_PER_SELECTOR:
+                problems.append(
+                    StackProblem(
+                        f"{who}: rule {index} selector {position} has {len(headers)} header matches, over Envoy "
+                        f"Gateway's {MAX_HEADERS_PER_SELECTOR}",
+                        urn,
+                    )
+                )
+        for position, match in enumerate(header_matches(rule)):
+            value = match.get("value")
+            if not isinstance(value, str):
+                continue
+            if len(value) > MAX_VALUE_LENGTH:
+                problems.append(
+                    StackProblem(
+                        f"{who}: rule {index} match {position} is {len(value)} characters, over Envoy Gateway's "
+                        f"{MAX_VALUE_LENGTH}: split the class",
+                        urn,
+                    )
+                )
+            if match.get("type") == "RegularExpression" and not regex_is_valid(value):
+                problems.append(
+                    StackProblem(f"{who}: rule {index} match {position} is not a valid RE2 pattern: {value!r}", urn)
+                )
+    return problems
+
+
+def _jwt_presence_problems(resources: Sequence[Resource], budget_policies: list[_BudgetPolicy]) -> list[StackProblem]:
+    covered: set[tuple[str, str, str]] = set()
+    for resource in resources:
+        if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
+            continue
+        providers = [p for p in as_list(dig(resource.spec, "jwt", "providers")) if isinstance(p, dict)]
+        if providers and all(copies_sub_to_actor_header(p) for p in providers):
+            covered |= target_keys(resource)
+    problems: list[StackProblem] = []
+    for policy in budget_policies:
+        missing = sorted(target_keys(policy.resource) - covered)
+        for namespace, kind, name in missing:
+            problems.append(
+                StackProblem(
+                    f"{policy.resource.describe()} targets {kind} {namespace}/{name}, but no JWT SecurityPolicy "
+                    f"there copies the token's sub into {ACTOR_HEADER}: no request carries an actor id, so no "
+                    "budget applies. Attach the Budgets component's SecurityPolicy to the same target",
+                    policy.resource.urn,
+                )
+            )
+    return problems
+
+
+# `appendonly yes` as a redis.conf line (also inside a heredoc) or `--appendonly yes` on the command line.
+_APPENDONLY = re.compile(r"(?:^[ \t]*|--)appendonly[ \t=]+\"?(yes|no)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def check_redis_persistence(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
+    """The in-cluster Redis keeps its counters across restarts: a mounted volume claim and `appendonly yes`."""
+    del config
+    config_maps: dict[tuple[str, str], str] = {}
+    for resource in resources:
+        if resource.is_kubernetes and resource.type.endswith("core/v1:ConfigMap"):
+            name = dig(resource.props, "metadata", "name")
+            data = as_dict(resource.props.get("data"))
+            config_maps[(resource.namespace, str(name))] = "\n".join(v for v in data.values() if isinstance(v, str))
+    problems: list[StackProblem] = []
+    for resource in resources:
+        if not resource.is_kubernetes or resource.kind not in ("StatefulSet", "Deployment"):
+            continue
+        if dig(resource.props, "metadata", "name") != REDIS_NAME:
+            continue
+        who = resource.describe()
+        if resource.kind == "Deployment":
+            problems.append(
+                StackProblem(
+                    f"{who} is a Deployment: its counters live in the pod, so a restart hands every agent a "
+                    "fresh budget. Run Redis as a StatefulSet with a volume claim and appendonly yes",
+                    resource.urn,
+                )
+            )
+            continue
+        pod = as_dict(dig(resource.spec, "template", "spec"))
+        claims = {dig(claim, "metadata", "name") for claim in as_list(resource.spec.get("volumeClaimTemplates"))} - {
+            None
+        }
+        containers = [c for c in as_list(pod.get("containers")) if isinstance(c, dict)]
+        mounted = {m.get("name") for c in containers for m in as_list(c.get("volumeMounts")) if isinstance(m, dict)}
+        if not claims & mounted:
+            problems.append(
+                StackProblem(
+                    f"{who} mounts no volumeClaimTemplate: its data dies with the pod, so a restart hands every "
+                    "agent a fresh budget. Add a volumeClaimTemplate and mount it at Redis's data dir",
+                    resource.urn,
+                )
+            )
+        texts: list[str] = []
+        for volume in as_list(pod.get("volumes")):
+            name = dig(volume, "configMap", "name")
+            if isinstance(name, str):
+                texts.append(config_maps.get((resource.namespace, name), ""))
+        for container in containers:
+            argv = [*as_list(container.get("command")), *as_list(container.get("args"))]
+            texts.append(" ".join(a for a in argv if isinstance(a, str)))
+        settings = [m.group(1).lower() for text in texts for m in _APPENDONLY.finditer(text)]
+        if not settings or settings[-1] != "yes":
+            problems.append(
+                StackProblem(
+                    f"{who} does not turn on appendonly: only periodic snapshots survive a restart, so agents "
+                    "regain what they spent since the last one. Put `appendonly yes` in its redis.conf or args",
+                    resource.urn,
+                )
+            )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Adapters to the engine
+
+ResourceCheck = Callable[[Resource, Mapping[str, Any]], list[str]]
+StackCheck = Callable[[Sequence[Resource], Mapping[str, Any]], list[StackProblem]]
+
+
+def _resource_validation(check: ResourceCheck) -> Callable[[ResourceValidationArgs, ReportViolation], None]:
+    def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+        resource = Resource(args.resource_type, args.name, as_dict(plain(args.props)), args.urn)
+        for message in check(resource, args.get_config() or {}):
+            report_violation(message, None)
+
+    validate.__name__ = check.__name__
+    return validate
+
+
+def _stack_validation(check: StackCheck) -> Callable[[StackValidationArgs, ReportViolation], None]:
+    def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+        resources = [Resource(r.resource_type, r.name, as_dict(plain(r.props)), r.urn) for r in args.resources]
+        for problem in check(resources, args.get_config() or {}):
+            report_violation(problem.message, problem.urn or None)
+
+    validate.__name__ = check.__name__
+    return validate
+
+
+ai_service_backend_removes_authorization = ResourceValidationPolicy(
+    name="ai-service-backend-removes-authorization",
+    description="Every AIServiceBackend removes the authorization header, so the actor JWT never reaches a provider.",
+    validate=_resource_validation(check_backend_removes_authorization),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+budget_rules_charge_llm_tokens = ResourceValidationPolicy(
+    name="budget-rules-charge-llm-tokens",
+    description=(
+        "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor, free on the request "
+        "and charged the response's io.envoy.ai_gateway/llm_total_token."
+    ),
+    validate=_resource_validation(check_budget_rules_charge_tokens),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+actor_header_untouched = ResourceValidationPolicy(
+    name="actor-header-untouched",
+    description="Only the verified JWT subject sets x-actor-id, and nothing removes it on the way to the provider.",
+    validate=_resource_validation(check_actor_header_untouched),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+)
+
+jwt_names_the_actor = ResourceValidationPolicy(
+    name="jwt-names-the-actor",
+    description="The JWT SecurityPolicy requires a token, checks its audiences and copies its sub into x-actor-id.",
+    validate=_resource_validation(check_jwt_names_the_actor),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+)
+
+egress_reaches_only_the_gateway = ResourceValidationPolicy(
+    name="egress-reaches-only-the-gateway",
+    description=(
+        "Each actor's egress policy swaps Authorization for a 300-3600 s actor JWT toward the gateway only; "
+        "extra hosts are effect-free tlsPassthrough rules and never model providers."
+    ),
+    validate=_resource_validation(check_egress_reaches_only_the_gateway),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+    config_schema=PolicyConfigSchema(
+        properties={"gatewayHostname": {"type": "string", "default": GATEWAY_HOSTNAME}},
+    ),
+)
+
+provider_keys_only_in_secrets = ResourceValidationPolicy(
+    name="provider-keys-only-in-secrets",
+    description="Provider keys reach the cluster only through Secrets: secretRef credentials, no literal keys.",
+    validate=_resource_validation(check_provider_keys_in_secrets),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+)
+
+budget_rules_cover_each_actor_once = StackValidationPolicy(
+    name="budget-rules-cover-each-actor-once",
+    description=(
+        "Every actor falls in exactly one budget rule of one budget policy, set by a JWT SecurityPolicy, "
+        "within Envoy Gateway's caps."
+    ),
+    validate=_stack_validation(check_budget_coverage),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+rate_limit_fails_closed_outside_dev = ResourceValidationPolicy(
+    name="rate-limit-fails-closed-outside-dev",
+    description="Outside dev stacks, Envoy Gateway refuses calls rather than lifting every budget when Redis is down.",
+    validate=_resource_validation(check_fails_closed_outside_dev),
+    enforcement_level=EnforcementLevel.ADVISORY,
+    severity=Severity.MEDIUM,
+    config_schema=PolicyConfigSchema(
+        properties={
+            "devStacks": {"type": "array", "items": {"type": "string"}, "default": list(DEFAULT_DEV_STACKS)},
+        },
+    ),
+)
+
+redis_persists_counters = StackValidationPolicy(
+    name="redis-persists-counters",
+    description="The in-cluster Redis keeps spent budgets across restarts (a mounted volume claim, appendonly yes).",
+    validate=_stack_validation(check_redis_persistence),
+    enforcement_level=EnforcementLevel.ADVISORY,
+    severity=Severity.MEDIUM,
+)
+
+idp_trust_verifies_certificates = ResourceValidationPolicy(
+    name="idp-trust-verifies-certificates",
+    description="Envoy Gateway verifies the Substrate IdP's certificate when it fetches the actor JWKS.",
+    validate=_resource_validation(check_idp_trust_verifies),
+    enforcement_level=EnforcementLevel.ADVISORY,
+    severity=Severity.MEDIUM,
+)
+
+MANDATORY_POLICIES: list[Policy] = [
+    ai_service_backend_removes_authorization,
+    budget_rules_charge_llm_tokens,
+    actor_header_untouched,
+    jwt_names_the_actor,
+    egress_reaches_only_the_gateway,
+    budget_rules_cover_each_actor_once,
+    provider_keys_only_in_secrets,
+]
+ADVISORY_POLICIES: list[Policy] = [
+    rate_limit_fails_closed_outside_dev,
+    redis_persists_counters,
+    idp_trust_verifies_certificates,
+]
+POLICIES: list[Policy] = [*MANDATORY_POLICIES, *ADVISORY_POLICIES]

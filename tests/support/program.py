@@ -1,0 +1,150 @@
+"""Run the real `__main__.py` under Pulumi mocks with a given stack configuration, and record it all.
+
+This is how pulumi/examples' testing-unit-py drives a program, plus a record of every registered
+resource (type, name, inputs, parent chain from the URN), of `pulumi.export` and of warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pulumi
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "agent-budgets"
+MOCK_PASSWORD_PREFIX = "mock-random-"
+
+
+@dataclass
+class Registered:
+    """One resource as the engine would receive it."""
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    custom: bool
+    urn: str = ""
+
+    @property
+    def kind(self) -> str:
+        """`kubernetes:gateway.envoyproxy.io/v1alpha1:Backend` → `Backend`."""
+        return self.type.rsplit(":", 1)[-1]
+
+    @property
+    def api_version(self) -> str:
+        """The Kubernetes apiVersion for kubernetes:* types."""
+        return self.type.split(":")[1] if self.type.startswith("kubernetes:") else ""
+
+    def as_object(self) -> dict[str, Any]:
+        """The Kubernetes object a cluster would receive."""
+        obj = {key: value for key, value in self.inputs.items() if key not in {"apiVersion", "kind"}}
+        return {"apiVersion": self.api_version.replace("core/", ""), "kind": self.kind, **obj}
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Mocks that remember every resource and hand out deterministic ids and random results."""
+
+    def __init__(self) -> None:
+        self.resources: list[Registered] = []
+        self.random_results: list[str] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state = dict(args.inputs)
+        if args.typ == "random:index/randomPassword:RandomPassword":
+            value = f"{MOCK_PASSWORD_PREFIX}{args.name}-{len(self.random_results):04d}"
+            self.random_results.append(value)
+            state["result"] = value
+        self.resources.append(Registered(args.typ, args.name, dict(args.inputs), bool(args.custom)))
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class ProgramRun:
+    """What one run of the program registered and exported."""
+
+    mocks: RecordingMocks
+    outputs: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def resources(self) -> list[Registered]:
+        """Every registered resource, components included."""
+        return self.mocks.resources
+
+    def of_kind(self, kind: str) -> list[Registered]:
+        """Resources whose type ends with `:<kind>`."""
+        return [r for r in self.resources if r.type.endswith(f":{kind}")]
+
+    def one(self, kind: str, name: str | None = None) -> Registered:
+        """The single resource of a kind (and Kubernetes object name)."""
+        found = [
+            r
+            for r in self.of_kind(kind)
+            if name is None or (r.inputs.get("metadata") or {}).get("name") == name
+        ]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, found {[r.name for r in found]}"
+        return found[0]
+
+    def custom_resources(self) -> list[Registered]:
+        """Resources of Kubernetes kinds that come from CRDs (not core/apps/networking/helm)."""
+        builtin = ("kubernetes:core/", "kubernetes:apps/", "kubernetes:networking.k8s.io/", "kubernetes:helm.sh/")
+        return [
+            r
+            for r in self.resources
+            if r.type.startswith("kubernetes:") and not r.type.startswith(builtin) and r.custom
+        ]
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The `agent-budgets:*` values of Pulumi.<stack>.yaml, without the prefix."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))
+    return {
+        key.removeprefix(f"{PROJECT}:"): value
+        for key, value in (document.get("config") or {}).items()
+        if key.startswith(f"{PROJECT}:")
+    }
+
+
+def run_program(
+    config: dict[str, Any],
+    secrets: dict[str, str] | None = None,
+    plain: dict[str, str] | None = None,
+    stack: str = "test",
+    mocks: RecordingMocks | None = None,
+) -> ProgramRun:
+    """Run `__main__.py` with `agent-budgets:<key>` config; `secrets` are set as secret config."""
+    all_config = {f"{PROJECT}:{key}": json.dumps(value) for key, value in config.items()}
+    for key, value in (secrets or {}).items():
+        all_config[f"{PROJECT}:{key}"] = value
+    for key, value in (plain or {}).items():
+        all_config[f"{PROJECT}:{key}"] = value
+    pulumi.runtime.set_all_config(all_config, secret_keys=[f"{PROJECT}:{key}" for key in (secrets or {})])
+    mocks = mocks or RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
+    run = ProgramRun(mocks)
+
+    def record_export(name: str, value: Any) -> None:
+        run.outputs[name] = value
+
+    def record_warning(message: str, *args: Any, **kwargs: Any) -> None:
+        run.warnings.append(message)
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+
+    with (
+        mock.patch.object(pulumi, "export", record_export),
+        mock.patch.object(pulumi.log, "warn", record_warning),
+    ):
+        program()
+    return run

@@ -1,0 +1,304 @@
+"""Budget rules, checked through a model of Envoy Gateway's rule translation (components.ratelimit_model).
+
+For any actor id the model says which rules apply and under which Redis key each counts; the tests
+prove every actor falls in exactly one rule with the right limit, that Envoy Gateway's caps hold at
+10,000 actors in 250 classes, and that configuration edits leave other actors' counter keys alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from typing import Any
+
+import pytest
+import re2
+
+from components.budget_rules import (
+    MATCHES_NOTHING,
+    MAX_HEADERS_PER_SELECTOR,
+    MAX_RULES,
+    MAX_SELECTORS,
+    MAX_VALUE_LENGTH,
+    actor_subject,
+    actors_regex,
+    compile_budget_rules,
+    pack_actors,
+    re2_escape,
+)
+from components.ratelimit_model import UNIT_SECONDS, AppliedRule, rules_for_actor
+from components.settings import Budgets, ConfigError
+
+NS, NAME = "agent-budgets", "agent-budgets"
+
+
+def make_budgets(default: tuple[int, str] = (500, "Day"), classes: list[tuple[str, int, str, list[str]]] = ()):
+    return Budgets.model_validate(
+        {
+            "default": {"tokens": default[0], "per": default[1]},
+            "classes": [{"name": n, "tokens": t, "per": p, "actors": a} for n, t, p, a in classes],
+        }
+    )
+
+
+def applied(specs: list[dict[str, Any]], actor: str) -> list[AppliedRule]:
+    return rules_for_actor(NS, NAME, specs, actor_subject(actor))
+
+
+def counter_identities(specs: list[dict[str, Any]], actors: list[str]) -> dict[str, tuple]:
+    """Each actor's counter identity (domain + descriptor entries); exactly one rule must apply."""
+    result = {}
+    for actor in actors:
+        rules = applied(specs, actor)
+        assert len(rules) == 1, f"{actor} falls in rules {[r.index for r in rules]}"
+        result[actor] = rules[0].identity()
+    return result
+
+
+def assert_caps(specs: list[dict[str, Any]]) -> None:
+    assert 1 <= len(specs) <= MAX_RULES
+    for rule in specs:
+        assert rule["shared"] is True
+        assert rule["cost"]["request"] == {"from": "Number", "number": 0}
+        assert rule["cost"]["response"] == {
+            "from": "Metadata",
+            "metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"},
+        }
+        assert 1 <= len(rule["clientSelectors"]) <= MAX_SELECTORS
+        for selector in rule["clientSelectors"]:
+            assert 1 <= len(selector["headers"]) <= MAX_HEADERS_PER_SELECTOR
+            for match in selector["headers"]:
+                assert match["name"] == "x-actor-id"
+                if match["type"] == "Distinct":
+                    assert "value" not in match and "invert" not in match
+                else:
+                    assert match["type"] == "RegularExpression"
+                    value = match["value"]
+                    assert len(value) <= MAX_VALUE_LENGTH
+                    assert value.startswith("^") and value.endswith(("$", "$."))
+                    re2.compile(value)  # Envoy Gateway checks regexes with RE2
+
+
+def test_dev_budget_is_one_distinct_rule_per_actor_of_500_tokens_a_day():
+    rules = compile_budget_rules(make_budgets(), exclusion_slots=4)
+    specs = rules.specs()
+    assert len(specs) == 1
+    headers = specs[0]["clientSelectors"][0]["headers"]
+    assert headers[0] == {"name": "x-actor-id", "type": "Distinct"}
+    assert [h["value"] for h in headers[1:]] == [MATCHES_NOTHING] * 4
+    assert all(h["invert"] is True for h in headers[1:])
+    assert specs[0]["limit"] == {"requests": 500, "unit": "Day"}
+    a, b = applied(specs, "agents/actor-a"), applied(specs, "agents/actor-b")
+    assert len(a) == len(b) == 1
+    assert a[0].requests == b[0].requests == 500
+    assert a[0].counter_key(0) != b[0].counter_key(0), "each actor needs its own bucket"
+    assert_caps(specs)
+
+
+def test_class_member_is_admitted_by_its_class_and_excluded_from_the_default():
+    budgets = make_budgets(classes=[("large", 5000, "Day", ["agents/actor-b"])])
+    specs = compile_budget_rules(budgets, exclusion_slots=2).specs()
+    [a] = applied(specs, "agents/actor-a")
+    [b] = applied(specs, "agents/actor-b")
+    assert (a.index, a.requests) == (0, 500)
+    assert (b.index, b.requests) == (1, 5000)
+    # An actor nobody listed (a new Substrate actor) still has a budget: the default.
+    [new] = applied(specs, "lab/someone-else")
+    assert (new.index, new.requests) == (0, 500)
+    # The shape of the class rule is exactly Distinct + one admitting regex.
+    headers = specs[1]["clientSelectors"][0]["headers"]
+    assert headers == [
+        {"name": "x-actor-id", "type": "Distinct"},
+        {"name": "x-actor-id", "type": "RegularExpression", "value": "^actor/(?:agents/(?:actor-b))$"},
+    ]
+    assert_caps(specs)
+
+
+def test_counter_key_layout_matches_envoy_gateway_translation():
+    specs = compile_budget_rules(make_budgets(classes=[("large", 5000, "Hour", ["agents/actor-b"])]), 1).specs()
+    [b] = applied(specs, "agents/actor-b")
+    now = 1_700_000_123
+    window = now // 3600 * 3600
+    assert b.counter_key(now) == (
+        "agent-budgets/agent-budgets_agent-budgets/agent-budgets/rule/1_agent-budgets/agent-budgets/rule/1_"
+        f"rule-1-match-0_actor/agents/actor-b_rule-1-match-1_rule-1-match-1_{window}"
+    )
+
+
+def test_windows_are_fixed_and_utc_aligned():
+    day = AppliedRule(0, 500, "Day", (("k", "v"),), "d")
+    # 2026-11-29 23:59:59 UTC and 2026-11-30 00:00:00 UTC fall in different Day windows.
+    assert day.counter_key(1_796_083_199) != day.counter_key(1_796_083_200)
+    assert day.counter_key(1_796_083_200).endswith("_1796083200")
+    week = AppliedRule(0, 500, "Week", (("k", "v"),), "d")
+    start = int(week.counter_key(1_796_083_200).rsplit("_", 1)[1])
+    assert time.gmtime(start).tm_wday == 3, "Week windows start on Thursday (the epoch's weekday)"
+    assert UNIT_SECONDS["Month"] == 30 * 86_400
+
+
+# --- stability: counter keys of everyone else survive configuration edits ------------------------------
+
+ACTORS = [f"agents/actor-{i:03d}" for i in range(60)] + [f"lab/bot-{i:02d}" for i in range(15)]
+CLASSES = [
+    ("large", 5000, "Day", ACTORS[0:10]),
+    ("xl", 50_000, "Day", ACTORS[10:12] + ACTORS[60:63]),
+    ("tiny", 50, "Hour", ACTORS[20:30]),
+]
+
+
+def identities(budgets: Budgets, actors: list[str], slots: int = 8) -> dict[str, tuple]:
+    return counter_identities(compile_budget_rules(budgets, slots).specs(), actors)
+
+
+def changed(before: dict[str, tuple], after: dict[str, tuple]) -> set[str]:
+    return {actor for actor in before if actor in after and before[actor] != after[actor]}
+
+
+def test_adding_an_actor_to_the_default_changes_no_key():
+    before = identities(make_budgets(classes=CLASSES), ACTORS[:-1])
+    after = identities(make_budgets(classes=CLASSES), ACTORS)
+    assert changed(before, after) == set()
+
+
+def test_adding_an_actor_to_a_class_changes_only_that_actor():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    grown = [("large", 5000, "Day", [*ACTORS[0:10], ACTORS[40]]), *CLASSES[1:]]
+    after = identities(make_budgets(classes=grown), ACTORS)
+    assert changed(base, after) == {ACTORS[40]}
+
+
+def test_moving_an_actor_between_classes_changes_only_that_actor():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    moved = [
+        ("large", 5000, "Day", ACTORS[1:10]),
+        ("xl", 50_000, "Day", [ACTORS[0], *ACTORS[10:12], *ACTORS[60:63]]),
+        CLASSES[2],
+    ]
+    after = identities(make_budgets(classes=moved), ACTORS)
+    assert changed(base, after) == {ACTORS[0]}
+
+
+def test_changing_limits_changes_no_key():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    bigger = [(n, t * 2, p, a) for n, t, p, a in CLASSES]
+    after = identities(make_budgets(default=(900, "Day"), classes=bigger), ACTORS)
+    assert changed(base, after) == set()
+
+
+def test_appending_a_class_changes_only_its_members():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    appended = [*CLASSES, ("new", 7, "Minute", [ACTORS[50], ACTORS[70]])]
+    after = identities(make_budgets(classes=appended), ACTORS)
+    assert changed(base, after) == {ACTORS[50], ACTORS[70]}
+
+
+def test_retiring_a_class_by_emptying_it_keeps_later_classes_in_place():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    retired = [("large", 5000, "Day", []), *CLASSES[1:]]
+    after = identities(make_budgets(classes=retired), ACTORS)
+    assert changed(base, after) == set(ACTORS[0:10])
+
+
+def test_removing_a_class_from_the_middle_would_move_others_which_is_why_classes_are_append_only():
+    base = identities(make_budgets(classes=CLASSES), ACTORS)
+    after = identities(make_budgets(classes=[CLASSES[0], CLASSES[2]]), ACTORS)
+    assert set(ACTORS[20:30]) <= changed(base, after)
+
+
+# --- scale and caps -------------------------------------------------------------------------------------
+
+
+def big_config(actors: int = 10_000, classes: int = 250, per_class: int = 30):
+    ids = [f"agents/agent-{i:05d}" for i in range(actors)]
+    groups = [
+        (f"class-{c:03d}", 1000 + c, "Day", ids[c * per_class : (c + 1) * per_class]) for c in range(classes)
+    ]
+    return ids, groups
+
+
+def test_ten_thousand_actors_in_250_classes_fit_envoy_gateway_caps():
+    ids, groups = big_config()
+    budgets = make_budgets(classes=groups)
+    rules = compile_budget_rules(budgets, exclusion_slots=127)
+    specs = rules.specs()
+    assert len(specs) == 251
+    assert_caps(specs)
+    expected = {actor: 500 for actor in ids}
+    for _, tokens, _, members in groups:
+        for actor in members:
+            expected[actor] = tokens
+    # Every actor (a stride over all 10,000 plus every class boundary) lands in exactly one rule.
+    sample = set(ids[::37]) | {g[3][0] for g in groups} | {g[3][-1] for g in groups} | {ids[-1]}
+    for actor in sorted(sample):
+        [rule] = applied(specs, actor)
+        assert rule.requests == expected[actor], actor
+    assert rules.slots_used < 127
+
+
+def test_the_compiled_exclusions_cover_exactly_the_class_members():
+    ids, groups = big_config()
+    rules = compile_budget_rules(make_budgets(classes=groups), exclusion_slots=127)
+    default_headers = rules.rules[0].headers[1:]
+    patterns = [re2.compile(h["value"]) for h in default_headers]
+    members = {a for g in groups for a in g[3]}
+    excluded = {a for a in ids if any(p.fullmatch(actor_subject(a)) for p in patterns)}
+    assert excluded == members
+
+
+def test_a_class_too_large_for_one_match_is_refused_with_how_to_split_it():
+    ids = [f"agents/{'x' * 40}-{i:04d}" for i in range(100)]
+    with pytest.raises(ConfigError) as caught:
+        compile_budget_rules(make_budgets(classes=[("huge", 9, "Day", ids)]), 127)
+    message = str(caught.value)
+    assert "agent-budgets:budgets.classes[0] ('huge')" in message
+    assert "over Envoy Gateway's 1024" in message
+    assert "append a new class with the same tokens" in message
+
+
+def test_too_few_exclusion_slots_names_the_number_needed():
+    _, groups = big_config(actors=3000, classes=100)
+    with pytest.raises(ConfigError) as caught:
+        compile_budget_rules(make_budgets(classes=groups), exclusion_slots=3)
+    message = str(caught.value)
+    needed = len(pack_actors([a for g in groups for a in g[3]]))
+    assert f"needs {needed}" in message
+    assert "agent-budgets:budgetPolicy.exclusionSlots" in message
+
+
+def test_more_than_255_classes_is_refused():
+    groups = [(f"c{i}", 5, "Day", []) for i in range(256)]
+    with pytest.raises(ConfigError, match=r"256 classes: Envoy Gateway allows 256 rules"):
+        compile_budget_rules(make_budgets(classes=groups), 1)
+
+
+# --- regular expressions -------------------------------------------------------------------------------
+
+
+def test_escaping_makes_every_character_literal_in_re2():
+    nasty = "a.b*c+d?e(f)g[h]i{j}k|l^m$n\\o"
+    pattern = "^" + re2_escape(nasty) + "$"
+    assert re2.compile(pattern).fullmatch(nasty)
+    assert not re2.compile(pattern).fullmatch(nasty.replace(".", "x"))
+    assert re.fullmatch(pattern, nasty)
+
+
+def test_actor_regex_is_anchored_and_exact():
+    pattern = re2.compile(actors_regex(["agents/actor-a", "lab/b"]))
+    assert pattern.fullmatch("actor/agents/actor-a")
+    assert pattern.fullmatch("actor/lab/b")
+    assert not pattern.fullmatch("actor/agents/actor-ab")
+    assert not pattern.fullmatch("actor/agents/actor-")
+    assert not pattern.fullmatch("xactor/lab/b")
+    assert not pattern.fullmatch("actor/lab/b/c")
+    assert not re2.compile(MATCHES_NOTHING).search("")
+
+
+def test_packing_uses_few_chunks_and_keeps_every_actor():
+    ids = [f"agents/agent-{i:05d}" for i in range(5000)]
+    chunks = pack_actors(ids)
+    assert sorted(a for c in chunks for a in c) == sorted(ids)
+    assert all(len(actors_regex(c)) <= MAX_VALUE_LENGTH for c in chunks)
+    # Greedy packing fills each chunk: no two consecutive chunks could have been merged.
+    for first, second in itertools.pairwise(chunks):
+        assert len(actors_regex([*first, second[0]])) > MAX_VALUE_LENGTH

@@ -1,0 +1,582 @@
+"""The pure egress-policy functions: document, validation, provider hosts, normalisation, diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import egress
+from components.egress import EgressConfigError, PolicyInputs
+
+GW = "agent-router.envoy-gateway-system.svc.cluster.local"
+
+
+def inputs(**overrides) -> PolicyInputs:
+    base = dict(atespace="agents", actor="actor-a", kube_context="kind-test", substrate_ref="v0.5.0")
+    return PolicyInputs(**{**base, **overrides})
+
+
+def messages(problems) -> str:
+    return "\n".join(p.message for p in problems)
+
+
+def only_problem(**overrides) -> str:
+    problems = egress.input_problems(inputs(**overrides))
+    assert len(problems) == 1, messages(problems)
+    return problems[0].message
+
+
+# --- the document --------------------------------------------------------------------------------
+
+
+def test_default_policy_is_exactly_one_http_rule_with_the_actor_jwt_effect():
+    assert egress.build_policy(inputs()) == {
+        "metadata": {"atespace": "agents", "name": "default"},
+        "rules": [
+            {
+                "http": {
+                    "hostnames": [GW],
+                    "ports": {"numbers": [80]},
+                    "effects": {
+                        "replaceHeaders": [
+                            {
+                                "header": "Authorization",
+                                "prefix": "Bearer ",
+                                "actorJwt": {"audiences": ["agent-router"], "expirationSeconds": 900},
+                            }
+                        ]
+                    },
+                }
+            }
+        ],
+    }
+    assert egress.input_problems(inputs()) == []
+
+
+def test_port_expiration_and_audiences_come_from_the_inputs():
+    rule = egress.build_rules(inputs(gateway_port=8080, expiration_seconds=1800, audiences=("a", "b")))[0]
+    assert rule["http"]["ports"] == {"numbers": [8080]}
+    assert rule["http"]["effects"]["replaceHeaders"][0]["actorJwt"] == {
+        "audiences": ["a", "b"],
+        "expirationSeconds": 1800,
+    }
+
+
+def test_extra_hostnames_are_tls_passthrough_rules_on_443_without_effects():
+    rules = egress.build_rules(inputs(extra_hostnames=("pypi.org", "*.files.example.com")))
+    assert [next(iter(r)) for r in rules] == ["http", "tlsPassthrough", "tlsPassthrough"]
+    assert rules[1] == {"tlsPassthrough": {"hostnames": ["pypi.org"], "ports": {"numbers": [443]}}}
+    assert rules[2] == {"tlsPassthrough": {"hostnames": ["*.files.example.com"], "ports": {"numbers": [443]}}}
+    assert sum("effects" in next(iter(r.values())) for r in rules) == 1
+
+
+def test_update_document_carries_uid_and_version_preconditions():
+    doc = egress.build_policy(inputs(), uid="uid-1", version="7")
+    assert doc["metadata"] == {"atespace": "agents", "name": "default", "uid": "uid-1", "version": "7"}
+
+
+def test_inputs_from_props_coerce_wire_floats_and_apply_defaults():
+    got = PolicyInputs.from_props(
+        {
+            "atespace": "agents",
+            "actor": "actor-a",
+            "kube_context": "kind-test",
+            "substrate_ref": "v0.5.0",
+            "gateway_port": 8080.0,
+            "expiration_seconds": "1200",
+            "timeout_seconds": 5.0,
+            "audiences": ["x"],
+        }
+    )
+    assert (got.gateway_port, got.expiration_seconds, got.timeout_seconds) == (8080, 1200, 5)
+    assert got.audiences == ("x",)
+    assert got.gateway_hostname == GW and got.kubectl == "kubectl" and got.extra_hostnames == ()
+    assert PolicyInputs.from_props(got.to_props()) == got
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [300, 900, 3600])
+def test_expiration_within_bounds_is_valid(seconds):
+    assert egress.input_problems(inputs(expiration_seconds=seconds)) == []
+
+
+@pytest.mark.parametrize("seconds", [0, 299, 3601, 86400])
+def test_expiration_out_of_bounds_names_value_and_range(seconds):
+    message = only_problem(expiration_seconds=seconds)
+    assert f"expirationSeconds {seconds}" in message and "300 to 3600" in message
+
+
+def test_audiences_count_length_and_uniqueness():
+    assert egress.input_problems(inputs(audiences=tuple(f"a{i}" for i in range(16)))) == []
+    assert egress.input_problems(inputs(audiences=("x" * 512,))) == []
+    assert "1 to 16 audiences, got 0" in only_problem(audiences=())
+    assert "1 to 16 audiences, got 17" in only_problem(audiences=tuple(f"a{i}" for i in range(17)))
+    assert "1 to 512 characters" in only_problem(audiences=("x" * 513,))
+    assert "1 to 512 characters" in only_problem(audiences=("",))
+    assert "'agent-router' is listed more than once" in only_problem(audiences=("agent-router", "agent-router"))
+
+
+@pytest.mark.parametrize("host", ["*", "*.example.com", "a.b-c.example.com", "x" * 63 + ".com"])
+def test_valid_hostname_patterns(host):
+    assert egress.hostname_problem(host) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "fragment"),
+    [
+        ("API.example.com", "must be lowercase; write 'api.example.com'"),
+        ("example.com.", "ends with a dot; write 'example.com'"),
+        ("10.0.0.1", "IP literal"),
+        ("::1", "IP literal"),
+        ("example.com:443", "has a port; give the host only ('example.com')"),
+        ("https://example.com/v1", "has a scheme; give the host only, e.g. 'example.com'"),
+        ("example.com/v1", "has a path"),
+        ("api.*.example.com", "wildcard that is not the whole left-most label"),
+        ("*x.example.com", "wildcard that is not the whole left-most label"),
+        ("**.example.com", "wildcard that is not the whole left-most label"),
+        ("a..example.com", "empty label"),
+        ("-a.example.com", "not a DNS-1123 name"),
+        ("a_b.example.com", "not a DNS-1123 name"),
+        ("x" * 64 + ".com", "label longer than 63"),
+        ("", "is empty"),
+    ],
+)
+def test_invalid_hostnames_are_named_with_the_fix(host, fragment):
+    message = egress.hostname_problem(host)
+    assert message is not None and fragment in message
+    assert repr(host) in message
+
+
+def test_invalid_extra_hostname_is_reported_against_extra_hostnames():
+    problems = egress.input_problems(inputs(extra_hostnames=("Pypi.org",)))
+    assert [p.field for p in problems] == ["extra_hostnames"]
+    assert "'Pypi.org' must be lowercase; write 'pypi.org'" in problems[0].message
+
+
+def test_at_most_256_rules():
+    hosts = tuple(f"h{i}.example.com" for i in range(255))
+    assert egress.input_problems(inputs(extra_hostnames=hosts)) == []
+    message = only_problem(extra_hostnames=(*hosts, "one-more.example.com"))
+    assert "257 rules" in message and "at most 255 extra hostnames" in message
+
+
+def test_duplicate_extra_hostnames_tie_on_port_443():
+    message = only_problem(extra_hostnames=("pypi.org", "pypi.org"))
+    assert "ties with egress rule 2 on 'pypi.org' (port 443)" in message
+
+
+def test_gateway_hostname_as_extra_ties_only_when_the_port_matches():
+    assert egress.input_problems(inputs(extra_hostnames=(GW,))) == []  # http:80 vs tls:443
+    assert "ties with egress rule 1" in only_problem(gateway_port=443, extra_hostnames=(GW,))
+
+
+@pytest.mark.parametrize("port", [0, 65536, -1])
+def test_gateway_port_range(port):
+    message = only_problem(gateway_port=port)
+    assert f"gateway port {port}" in message and "1 to 65535" in message
+
+
+def test_gateway_hostname_must_be_exact():
+    assert "must be an exact name" in only_problem(gateway_hostname="*.svc.cluster.local")
+
+
+def test_target_and_cli_settings_are_checked():
+    problems = egress.input_problems(
+        inputs(atespace="Agents", actor="a_b", kube_context="", kubectl="", substrate_ref="", timeout_seconds=0)
+    )
+    fields = sorted(p.field for p in problems)
+    assert fields == ["actor", "atespace", "kube_context", "kubectl", "substrate_ref", "timeout_seconds"]
+    text = messages(problems)
+    assert "'Agents' is not a DNS-1123 label" in text and "'a_b' is not a DNS-1123 label" in text
+
+
+@pytest.mark.parametrize("ref", ["agents", "a/b/c", "/x", "Agents/x", "agents/" + "x" * 64])
+def test_actor_refs_must_be_atespace_slash_name(ref):
+    with pytest.raises(EgressConfigError) as err:
+        egress.parse_actor_ref(ref)
+    assert repr(ref) in str(err.value)
+
+
+def test_parse_actor_ref():
+    assert egress.parse_actor_ref("agents/actor-a") == ("agents", "actor-a")
+
+
+def _policy_with(rule):
+    return {"metadata": {"atespace": "agents", "name": "default"}, "rules": [rule]}
+
+
+def _jwt_rule(**header):
+    entry = {"header": "Authorization", "prefix": "Bearer ", **header}
+    return {"http": {"hostnames": ["h.example.com"], "effects": {"replaceHeaders": [entry]}}}
+
+
+@pytest.mark.parametrize("header", ["Author ization", "X:Y", "", "Ä-Header"])
+def test_header_names_must_be_rfc7230_tokens(header):
+    rule = _jwt_rule(actorJwt={"audiences": ["a"], "expirationSeconds": 900})
+    rule["http"]["effects"]["replaceHeaders"][0]["header"] = header
+    text = messages(egress.policy_problems(_policy_with(rule)))
+    assert f"header name {header!r} is not an RFC 7230 token" in text
+
+
+@pytest.mark.parametrize("header", ["Authorization", "X-Api-Key", "x_custom!#$%&'*+-.^_`|~"])
+def test_rfc7230_token_headers_are_valid(header):
+    rule = _jwt_rule(actorJwt={"audiences": ["a"], "expirationSeconds": 900})
+    rule["http"]["effects"]["replaceHeaders"][0]["header"] = header
+    assert egress.policy_problems(_policy_with(rule)) == []
+
+
+def test_header_effect_constraints():
+    jwt = {"audiences": ["a"], "expirationSeconds": 900}
+    both = _jwt_rule(actorJwt=jwt, credentialUri="ate-secret://k8s.io/default/ns/s/k")
+    assert "exactly one of actorJwt or credentialUri" in messages(egress.policy_problems(_policy_with(both)))
+    neither = _jwt_rule()
+    assert "exactly one of actorJwt or credentialUri" in messages(egress.policy_problems(_policy_with(neither)))
+    control = _jwt_rule(actorJwt=jwt, prefix="Bearer\n")
+    assert "no control characters" in messages(egress.policy_problems(_policy_with(control)))
+    tab = _jwt_rule(actorJwt=jwt, prefix="Bearer\t")
+    assert egress.policy_problems(_policy_with(tab)) == []
+    twice = _jwt_rule(actorJwt=jwt)
+    twice["http"]["effects"]["replaceHeaders"].append({"header": "authorization", "actorJwt": jwt})
+    assert "replaced more than once" in messages(egress.policy_problems(_policy_with(twice)))
+    empty = {"http": {"hostnames": ["h.example.com"], "effects": {"replaceHeaders": []}}}
+    assert "1 to 16 replaceHeaders" in messages(egress.policy_problems(_policy_with(empty)))
+
+
+@pytest.mark.parametrize(
+    ("uri", "ok"),
+    [
+        ("ate-secret://k8s.io/default/ns/secret/key", True),
+        ("substrate-secret://k8s.io/a/b", False),
+        ("ate-secret://k8s.io:443/a/b", False),
+        ("ate-secret://k8s.io/a", False),
+        ("ate-secret://k8s.io/a//b", False),
+        ("ate-secret://k8s.io/a/b?x=1", False),
+        ("ate-secret://k8s.io/a/b%20c", False),
+    ],
+)
+def test_credential_uri_rules(uri, ok):
+    assert (egress.credential_uri_problem(uri) is None) is ok
+
+
+def test_rule_union_ports_and_passthrough_constraints():
+    none = {}
+    two = {"http": {"hostnames": ["a.com"]}, "https": {"hostnames": ["a.com"]}}
+    cidr = {"cidr": {"cidrs": ["10.0.0.0/8"]}}
+    text = messages(egress.policy_problems({"rules": [none, two, cidr]}))
+    assert "sets none" in text and "sets http, https" in text and "unknown field 'cidr'" in text
+    no_ports = {"tlsPassthrough": {"hostnames": ["a.com"]}}
+    assert "tlsPassthrough has no default port" in messages(egress.policy_problems({"rules": [no_ports]}))
+    effects = {"tlsPassthrough": {"hostnames": ["a.com"], "ports": {"numbers": [443]}, "effects": {}}}
+    assert "take no effects" in messages(egress.policy_problems({"rules": [effects]}))
+    bad_ports = {"http": {"hostnames": ["a.com"], "ports": {"numbers": [80, 80, 70000]}}}
+    text = messages(egress.policy_problems({"rules": [bad_ports]}))
+    assert "port 70000 must be an integer from 1 to 65535" in text and "port 80 is listed more than once" in text
+    many = {"http": {"hostnames": ["a.com"], "ports": {"numbers": list(range(1, 18))}}}
+    assert "17 ports is more than 16" in messages(egress.policy_problems({"rules": [many]}))
+    both = {"http": {"hostnames": ["a.com"], "ports": {"numbers": [80], "all": {}}}}
+    assert "exactly one of 'numbers' or 'all'" in messages(egress.policy_problems({"rules": [both]}))
+    assert 'must be "default"' in messages(egress.policy_problems({"metadata": {"name": "x"}, "rules": []}))
+
+
+@pytest.mark.parametrize(
+    ("policy", "fragment"),
+    [
+        ("not a policy", "the egress policy must be an object"),
+        ({"rules": {"http": {}}}, "rules must be a list"),
+        ({"rules": ["http"]}, "must be an object with one of http, https, tlsPassthrough"),
+        ({"rules": [{"http": ["a.com"]}]}, "egress rule 1 (http) must be an object"),
+        ({"rules": [{"http": {"hostnames": []}}]}, "needs 1 to 256 hostnames, got []"),
+        ({"rules": [{"http": {"hostnames": [f"h{i}.com" for i in range(257)]}}]}, "257 hostnames, more than 256"),
+        ({"rules": [{"http": {"hostnames": ["a.com", "a.com"]}}]}, "lists hostname 'a.com' more than once"),
+        ({"rules": [{"http": {"hostnames": ["a." * 126 + "com"]}}]}, "longer than 253 characters"),
+        ({"rules": [{"http": {"hostnames": ["a.com"], "ports": [80]}}]}, "ports must be an object"),
+        ({"rules": [{"http": {"hostnames": ["a.com"], "ports": {"numbers": []}}}]}, "must list 1 to 16 ports"),
+        ({"rules": [{"http": {"hostnames": ["a.com"], "effects": []}}]}, "effects must be an object"),
+        (
+            {
+                "rules": [
+                    {"http": {"hostnames": ["a.com"], "effects": {"injectStaticHeaders": [], "replaceHeaders": []}}}
+                ]
+            },
+            "effects has unknown field 'injectStaticHeaders'",
+        ),
+        (
+            {"rules": [{"http": {"hostnames": ["a.com"], "effects": {"replaceHeaders": ["x"]}}}]},
+            "entry must be an object",
+        ),
+        (
+            {
+                "rules": [
+                    {
+                        "http": {
+                            "hostnames": ["a.com"],
+                            "effects": {
+                                "replaceHeaders": [
+                                    {"header": f"X-{i}", "credentialUri": "ate-secret://k8s.io/a/b"} for i in range(17)
+                                ]
+                            },
+                        }
+                    }
+                ]
+            },
+            "17 replaceHeaders is more than 16",
+        ),
+        (
+            {
+                "rules": [
+                    {
+                        "https": {
+                            "hostnames": ["a.com"],
+                            "effects": {"replaceHeaders": [{"header": "X", "credentialUri": "x"}]},
+                        }
+                    }
+                ]
+            },
+            "credentialUri 'x' must use the ate-secret:// scheme",
+        ),
+        (
+            {
+                "rules": [
+                    {"http": {"hostnames": ["a.com"], "effects": {"replaceHeaders": [{"header": "X", "actorJwt": 5}]}}}
+                ]
+            },
+            "actorJwt must be an object",
+        ),
+    ],
+)
+def test_structural_problems_are_reported(policy, fragment):
+    assert fragment in messages(egress.policy_problems(policy))
+
+
+def test_ties_apply_defaults_and_all_ports():
+    http = {"http": {"hostnames": ["a.com"]}}
+    https = {"https": {"hostnames": ["a.com"]}}
+    assert egress.policy_problems({"rules": [http, https]}) == []  # 80 vs 443
+    http443 = {"http": {"hostnames": ["a.com"], "ports": {"numbers": [443]}}}
+    assert "on 'a.com' (port 443)" in messages(egress.policy_problems({"rules": [http443, https]}))
+    every = {"tlsPassthrough": {"hostnames": ["a.com"], "ports": {"all": {}}}}
+    assert "(all ports)" in messages(egress.policy_problems({"rules": [http, every]}))
+    other = {"tlsPassthrough": {"hostnames": ["*.a.com"], "ports": {"all": {}}}}
+    assert egress.policy_problems({"rules": [http, other]}) == []
+
+
+# --- model-provider hosts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "api.openai.com",
+        "api.anthropic.com",
+        "*.openai.com",
+        "*.com",
+        "*",
+        "*.azure.com",
+        "myres.openai.azure.com",
+        "*.openai.azure.com",
+        "*.amazonaws.com",
+        "bedrock-runtime.us-east-1.amazonaws.com",
+        "us-central1-aiplatform.googleapis.com",
+        "*.googleapis.com",
+        "generativelanguage.googleapis.com",
+        "openrouter.ai",
+        "api.x.ai",
+    ],
+)
+def test_extra_hostnames_reaching_a_well_known_provider_are_rejected(host):
+    problems = egress.input_problems(inputs(extra_hostnames=(host,)))
+    assert [p.field for p in problems] == ["extra_hostnames"], messages(problems)
+    assert f"extra hostname {host!r} reaches model provider host" in problems[0].message
+    assert f"remove {host!r} from the extra hostnames" in problems[0].message
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "openai.azure.com",  # *.openai.azure.com needs at least one more label
+        "api.openai.com.example.net",
+        "x.api.openai.com",
+        "s3.us-east-1.amazonaws.com",
+        "bedrock-runtime.amazonaws.com",  # the region label is missing
+        "storage.googleapis.com",
+        "pypi.org",
+        "*.pythonhosted.org",
+    ],
+)
+def test_hostnames_near_but_not_on_a_provider_are_allowed(host):
+    assert egress.input_problems(inputs(extra_hostnames=(host,))) == []
+
+
+def test_configured_provider_hosts_are_rejected_in_any_form():
+    configured = ("https://llm.internal.example:8443/v1", "Models.Example.NET")
+    for host in ("llm.internal.example", "*.internal.example", "models.example.net"):
+        problems = egress.input_problems(inputs(extra_hostnames=(host,), provider_hosts=configured))
+        assert len(problems) == 1 and "reaches model provider host" in problems[0].message, host
+    assert egress.input_problems(inputs(extra_hostnames=("other.example",), provider_hosts=configured)) == []
+
+
+def test_gateway_hostname_on_a_provider_is_rejected():
+    message = only_problem(gateway_hostname="api.openai.com")
+    assert message.startswith("gateway hostname 'api.openai.com' reaches model provider host")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [
+        ("a.example.com", "a.example.com", True),
+        ("a.example.com", "b.example.com", False),
+        ("*.example.com", "a.b.example.com", True),
+        ("*.example.com", "example.com", False),
+        ("example.com", "*.example.com", False),
+        ("*", "anything.example", True),
+        ("*.b.example.com", "*.example.com", True),
+        ("*.other.com", "*.example.com", False),
+        ("x.eu-west-1.amazonaws.com", "x.*.amazonaws.com", True),
+        ("x.amazonaws.com", "x.*.amazonaws.com", False),
+        ("europe-west4-aiplatform.googleapis.com", "*-aiplatform.googleapis.com", True),
+        ("aiplatform-x.googleapis.com", "*-aiplatform.googleapis.com", False),
+    ],
+)
+def test_patterns_overlap(a, b, overlap):
+    assert egress.patterns_overlap(a, b) is overlap
+    assert egress.patterns_overlap(b, a) is overlap
+
+
+def test_provider_host_of_strips_scheme_port_path_and_case():
+    assert egress.provider_host_of("https://API.OpenAI.com:443/v1/") == "api.openai.com"
+    assert egress.provider_host_of("api.example.com.") == "api.example.com"
+    assert egress.provider_host_of("[::1]:8080") == "::1"
+
+
+# --- normalisation and diff ----------------------------------------------------------------------
+
+AS_PRINTED = {  # what `kubectl ate get -o json` prints for the default policy (protojson)
+    "metadata": {"atespace": "agents", "name": "default", "uid": "u", "version": "3"},
+    "rules": [
+        {
+            "http": {
+                "hostnames": [GW.upper()],
+                "ports": {"numbers": [80]},
+                "effects": {
+                    "replaceHeaders": [
+                        {
+                            "header": "Authorization",
+                            "prefix": "Bearer ",
+                            "actorJwt": {"audiences": ["agent-router"], "expirationSeconds": "900"},
+                        }
+                    ]
+                },
+            }
+        }
+    ],
+}
+
+
+def test_printed_policy_normalises_to_the_built_one():
+    assert egress.normalize_rules(AS_PRINTED["rules"]) == egress.desired_rules(inputs())
+
+
+def test_normalisation_details():
+    printed = [
+        {
+            "http": {
+                "hostnames": ["B.example.com", "a.example.com"],
+                "effects": {
+                    "replace_headers": [
+                        {"header": "X-B", "credential_uri": "ate-secret://k8s.io/a/b"},
+                        {"header": "X-A", "actor_jwt": {"audiences": ["z", "a"], "expiration_seconds": 600.0}},
+                    ]
+                },
+            }
+        },
+        {"tls_passthrough": {"hostnames": ["c.example.com"], "ports": {"numbers": ["443", 8443.0]}}},
+        {"https": {"hostnames": ["d.example.com"], "ports": {"all": {}}}},
+    ]
+    assert egress.normalize_rules(printed) == [
+        {
+            "http": {
+                "hostnames": ["a.example.com", "b.example.com"],
+                "ports": {"numbers": [80]},
+                "effects": {
+                    "replaceHeaders": [
+                        {
+                            "header": "X-A",
+                            "prefix": "",
+                            "actorJwt": {"audiences": ["a", "z"], "expirationSeconds": 600},
+                        },
+                        {"header": "X-B", "prefix": "", "credentialUri": "ate-secret://k8s.io/a/b"},
+                    ]
+                },
+            }
+        },
+        {"tlsPassthrough": {"hostnames": ["c.example.com"], "ports": {"numbers": [443, 8443]}}},
+        {"https": {"hostnames": ["d.example.com"], "ports": {"all": {}}}},
+    ]
+    assert egress.normalize_rules(None) == []
+    assert egress.normalize_rules([{"weird": 1}]) == [{"weird": 1}]
+
+
+def _state(**overrides):
+    """Outputs as stored after a create: the inputs plus the live normalised rules."""
+    i = inputs(**overrides)
+    return {**i.to_props(), "uid": "u", "version": "1", "rules": egress.desired_rules(i)}
+
+
+def test_diff_nothing_changed():
+    decision = egress.diff_decision(_state(), inputs().to_props())
+    assert (decision.changes, decision.replaces) == (False, [])
+
+
+def test_diff_tolerates_wire_and_cli_representations():
+    olds = _state()
+    olds["rules"] = AS_PRINTED["rules"]  # expirationSeconds "900", uppercase hostname
+    news = {**inputs().to_props(), "gateway_port": 80.0, "expiration_seconds": 900.0}
+    assert egress.diff_decision(olds, news).changes is False
+    shuffled = _state(audiences=("b", "a"))
+    assert egress.diff_decision(shuffled, inputs(audiences=("a", "b")).to_props()).changes is False
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"gateway_port": 8080},
+        {"expiration_seconds": 1200},
+        {"audiences": ("agent-router", "other")},
+        {"extra_hostnames": ("pypi.org",)},
+        {"gateway_hostname": "gw.example.com"},
+    ],
+)
+def test_diff_rule_change_updates_in_place(change):
+    decision = egress.diff_decision(_state(), inputs(**change).to_props())
+    assert decision.changes is True and decision.replaces == [] and decision.reasons == ["rules"]
+
+
+def test_diff_target_changes():
+    assert egress.diff_decision(_state(), inputs(atespace="other").to_props()).replaces == ["atespace"]
+    assert egress.diff_decision(_state(), inputs(actor="actor-b").to_props()).replaces == ["actor"]
+    context = egress.diff_decision(_state(), inputs(kube_context="kind-other").to_props())
+    assert (context.changes, context.replaces, context.reasons) == (True, [], ["kube_context"])
+
+
+def test_diff_ignores_operational_inputs():
+    news = inputs(kubectl="/opt/kubectl", timeout_seconds=5, substrate_ref="v9", provider_hosts=("x.example",))
+    assert egress.diff_decision(_state(), news.to_props()).changes is False
+
+
+def test_diff_without_recorded_rules_changes():
+    olds = _state()
+    del olds["rules"]
+    assert egress.diff_decision(olds, inputs().to_props()).changes is True
+
+
+def test_drifted_live_rules_are_a_change():
+    olds = _state()
+    olds["rules"] = egress.desired_rules(inputs(expiration_seconds=3600))
+    assert egress.diff_decision(olds, inputs().to_props()).reasons == ["rules"]
+
+
+def test_config_error_lists_every_problem():
+    err = EgressConfigError(egress.input_problems(inputs(expiration_seconds=1, gateway_port=0)))
+    assert len(err.problems) == 2
+    assert "expirationSeconds 1" in str(err) and "gateway port 0" in str(err)

@@ -1,0 +1,997 @@
+"""The CrossGuard policy pack (policy/): every rule passes on what the program declares for each stack file,
+and fails, with its own message naming the resource, on a copy broken in exactly one way.
+
+The resources are the real `__main__.py` run under mocks (tests/support/program.py); the engine's view is
+imitated: numbers as floats (protobuf Struct), props behind pulumi_policy's unknown-checking proxy, and a
+URN carrying the stack name. Validators are called directly (`policy.validate`), never through a pack.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import runpy
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import grpc
+import pulumi_policy
+import pytest
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+from pulumi_policy import (
+    Policy,
+    PolicyCustomTimeouts,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+from components.budget_rules import MATCHES_NOTHING
+from components.egress import PolicyInputs, build_rules
+from policy import rules
+from tests.support.program import run_program, stack_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "agent-budgets"
+STACKS = ("dev", "prod")
+# Stack files whose providers need keys: fake values, shaped like real ones (so a leak would be caught).
+STACK_SECRETS: dict[str, dict[str, str]] = {
+    "prod": {
+        "openaiApiKey": "sk-proj-policytest0123456789abcdefghij",
+        "anthropicApiKey": "sk-ant-api03-policytest0123456789abcdef",
+        "redisPassword": "policy-test-redis-password",
+    },
+}
+
+
+@dataclass
+class Captured:
+    """One custom resource the program registered: what the engine would hand the analyzer."""
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.type.rsplit(":", 1)[-1]
+
+    @property
+    def object_name(self) -> str | None:
+        return (self.inputs.get("metadata") or {}).get("name")
+
+
+@functools.cache
+def _capture(stack: str) -> tuple[tuple[str, str, str], ...]:
+    if not (ROOT / f"Pulumi.{stack}.yaml").exists():
+        pytest.skip(f"Pulumi.{stack}.yaml is not in the repository")
+    run = run_program(stack_config(stack), secrets=STACK_SECRETS.get(stack), stack=stack)
+    return tuple((r.type, r.name, json.dumps(r.inputs)) for r in run.resources if r.custom)
+
+
+def captured(stack: str) -> list[Captured]:
+    """A fresh, mutable copy of the stack's custom resources."""
+    return [Captured(t, n, json.loads(inputs)) for t, n, inputs in _capture(stack)]
+
+
+def find(resources: list[Captured], kind: str, object_name: str | None = None) -> Captured:
+    found = [r for r in resources if r.kind == kind and (object_name is None or r.object_name == object_name)]
+    assert len(found) == 1, f"expected one {kind} {object_name or ''}, found {[r.name for r in found]}"
+    return found[0]
+
+
+def find_named(resources: list[Captured], pulumi_name: str) -> Captured:
+    [found] = [r for r in resources if r.name == pulumi_name]
+    return found
+
+
+def engine_value(value: Any) -> Any:
+    """What the analyzer receives: protobuf Struct numbers are doubles."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: engine_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [engine_value(v) for v in value]
+    return value
+
+
+def urn(stack: str, resource: Captured) -> str:
+    return f"urn:pulumi:{stack}::{PROJECT}::{resource.type}::{resource.name}"
+
+
+def options() -> PolicyResourceOptions:
+    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+
+
+def validate(policy: Policy, stack: str, resources: list[Captured], config: dict[str, Any] | None = None) -> list[str]:
+    """Every violation `policy` reports over the stack's resources (as `message @ urn` for stack policies)."""
+    out: list[str] = []
+    if isinstance(policy, ResourceValidationPolicy):
+        for resource in resources:
+            args = ResourceValidationArgs(
+                resource.type,
+                unknown_checking_proxy(engine_value(resource.inputs)),
+                urn(stack, resource),
+                resource.name,
+                options(),
+                None,
+                config,
+            )
+            result = policy.validate(args, lambda message, _urn=None: out.append(message))
+            assert result is None, "rules are synchronous"
+        return out
+    assert isinstance(policy, StackValidationPolicy)
+    stack_resources = [
+        PolicyResource(
+            r.type,
+            unknown_checking_proxy(engine_value(r.inputs)),
+            urn(stack, r),
+            r.name,
+            options(),
+            None,
+            None,
+            [],
+            {},
+        )
+        for r in resources
+    ]
+    result = policy.validate(
+        StackValidationArgs(stack_resources, config),
+        lambda message, blamed=None: out.append(f"{message} @ {blamed or ''}"),
+    )
+    assert result is None, "rules are synchronous"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pack itself
+
+
+def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
+    built: dict[str, Any] = {}
+
+    def fake_pack(**kwargs: Any) -> None:
+        built.update(kwargs)
+
+    with mock.patch.object(pulumi_policy, "PolicyPack", fake_pack):
+        runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
+    assert built["name"] == "agent-budgets"
+    assert built["policies"] == rules.POLICIES
+    names = [p.name for p in rules.POLICIES]
+    assert len(set(names)) == len(names)
+    mandatory = {p.name for p in rules.POLICIES if p.enforcement_level == pulumi_policy.EnforcementLevel.MANDATORY}
+    advisory = {p.name for p in rules.POLICIES if p.enforcement_level == pulumi_policy.EnforcementLevel.ADVISORY}
+    assert mandatory == {
+        "ai-service-backend-removes-authorization",
+        "budget-rules-charge-llm-tokens",
+        "actor-header-untouched",
+        "jwt-names-the-actor",
+        "egress-reaches-only-the-gateway",
+        "budget-rules-cover-each-actor-once",
+        "provider-keys-only-in-secrets",
+    }
+    assert advisory == {
+        "rate-limit-fails-closed-outside-dev",
+        "redis-persists-counters",
+        "idp-trust-verifies-certificates",
+    }
+
+
+def test_pack_files_name_the_runtime_and_the_rule_dependencies():
+    assert "runtime:" in (ROOT / "policy" / "PulumiPolicy.yaml").read_text(encoding="utf-8")
+    requirements = (ROOT / "policy" / "requirements.txt").read_text(encoding="utf-8")
+    for package in ("pulumi-policy>=1.21", "pydantic", "google-re2"):
+        assert package in requirements
+
+
+def test_stack_name_comes_from_the_urn():
+    assert rules.stack_of_urn("urn:pulumi:prod::agent-budgets::kubernetes:helm.sh/v3:Release::eg") == "prod"
+    assert rules.stack_of_urn("not-a-urn") == ""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every rule passes on the program's own resources
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("policy", rules.POLICIES, ids=lambda p: p.name)
+def test_every_rule_passes_on_the_program_s_resources(policy, stack):
+    assert validate(policy, stack, captured(stack)) == []
+
+
+def test_the_captures_hold_what_the_rules_inspect():
+    """Guard against vacuous passes: each rule's subject is really among the captured resources."""
+    dev, prod = captured("dev"), captured("prod")
+    for resources in (dev, prod):
+        kinds = {r.kind for r in resources}
+        assert {"AIServiceBackend", "BackendTrafficPolicy", "SecurityPolicy", "ClientTrafficPolicy"} <= kinds
+        assert any(r.type == rules.DYNAMIC_RESOURCE_TYPE for r in resources)
+        assert any(r.type == rules.HELM_RELEASE_TYPE and "gateway-helm" in r.inputs["chart"] for r in resources)
+    assert find(dev, "StatefulSet", "redis")
+    assert any(r.kind == "BackendSecurityPolicy" and r.inputs["spec"]["type"] == "AnthropicAPIKey" for r in prod)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every rule fails, with its own message, on a copy broken in exactly one way
+
+
+def _spec(resources: list[Captured], kind: str, name: str | None = None) -> dict[str, Any]:
+    return find(resources, kind, name).inputs["spec"]
+
+
+def _budget_rules(resources: list[Captured]) -> list[dict[str, Any]]:
+    return _spec(resources, "BackendTrafficPolicy")["rateLimit"]["global"]["rules"]
+
+
+PASSTHROUGH_PYPI = {"tlsPassthrough": {"hostnames": ["pypi.org"], "ports": {"numbers": [443]}}}
+
+
+def _nothing_rule() -> dict[str, Any]:
+    """A well-formed budget rule that admits no actor (a retired class)."""
+    return {
+        "clientSelectors": [
+            {
+                "headers": [
+                    {"name": "x-actor-id", "type": "Distinct"},
+                    {"name": "x-actor-id", "type": "RegularExpression", "value": MATCHES_NOTHING},
+                ]
+            }
+        ],
+        "limit": {"requests": 1, "unit": "Day"},
+        "shared": True,
+        "cost": {
+            "request": {"from": "Number", "number": 0},
+            "response": {
+                "from": "Metadata",
+                "metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"},
+            },
+        },
+    }
+
+
+def _egress(resources: list[Captured], actor: str) -> dict[str, Any]:
+    atespace, name = actor.split("/")
+    [found] = [
+        r
+        for r in resources
+        if r.type == rules.DYNAMIC_RESOURCE_TYPE and r.inputs["atespace"] == atespace and r.inputs["actor"] == name
+    ]
+    return found.inputs
+
+
+def _with_rules(resources: list[Captured], actor: str, change: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Give an egress policy explicit `rules` (as its outputs carry them), changed by `change`."""
+    props = _egress(resources, actor)
+    document = build_rules(PolicyInputs.from_props(props))
+    change(document)
+    props["rules"] = document
+
+
+def _jwt_header(document: list[dict[str, Any]]) -> dict[str, Any]:
+    return document[0]["http"]["effects"]["replaceHeaders"][0]
+
+
+def _env(resources: list[Captured], deployment: str, name: str) -> dict[str, Any]:
+    containers = find(resources, "Deployment", deployment).inputs["spec"]["template"]["spec"]["containers"]
+    [entry] = [e for e in containers[0]["env"] if e["name"] == name]
+    return entry
+
+
+def _eg_values(resources: list[Captured]) -> dict[str, Any]:
+    [release] = [r for r in resources if r.type == rules.HELM_RELEASE_TYPE and r.inputs["name"] == "eg"]
+    return release.inputs["values"]["config"]["envoyGateway"]
+
+
+def _second_budget_policy(resources: list[Captured]) -> None:
+    original = find(resources, "BackendTrafficPolicy")
+    twin = Captured(original.type, "backendtrafficpolicy-more-budgets", copy.deepcopy(original.inputs))
+    twin.inputs["metadata"]["name"] = "more-budgets"
+    resources.append(twin)
+
+
+def _drop(resources: list[Captured], kind: str) -> None:
+    resources.remove(find(resources, kind))
+
+
+def _redis_config(resources: list[Captured], text: str) -> None:
+    config_map = find(resources, "ConfigMap", "redis-config")
+    [key] = config_map.inputs["data"]
+    config_map.inputs["data"][key] = text
+
+
+def _redis_as_deployment(resources: list[Captured]) -> None:
+    stateful_set = find(resources, "StatefulSet", "redis")
+    stateful_set.type = "kubernetes:apps/v1:Deployment"
+    stateful_set.inputs["spec"].pop("volumeClaimTemplates")
+
+
+@dataclass(frozen=True)
+class Broken:
+    """One way to break one rule: the change, the message it must produce, and the resource it names."""
+
+    id: str
+    policy: Policy
+    stack: str
+    breaks: Callable[[list[Captured]], None]
+    expected: str
+    blame: str
+    count: int = 1
+    config: dict[str, Any] | None = field(default=None)
+
+
+BROKEN: list[Broken] = [
+    # -- every AIServiceBackend removes authorization
+    Broken(
+        "backend-without-header-mutation",
+        rules.ai_service_backend_removes_authorization,
+        "dev",
+        lambda rs: _spec(rs, "AIServiceBackend").pop("headerMutation"),
+        "does not remove the authorization header",
+        "AIServiceBackend agent-budgets/mock",
+    ),
+    Broken(
+        "anthropic-backend-removes-another-header",
+        rules.ai_service_backend_removes_authorization,
+        "prod",
+        lambda rs: _spec(rs, "AIServiceBackend", "anthropic")["headerMutation"].update(remove=["x-api-key"]),
+        "does not remove the authorization header",
+        "AIServiceBackend agent-budgets/anthropic",
+    ),
+    # -- every budget rule: shared, Distinct, free request, response in total tokens
+    Broken(
+        "rule-not-shared",
+        rules.budget_rules_charge_llm_tokens,
+        "dev",
+        lambda rs: _budget_rules(rs)[0].update(shared=False),
+        "budget rule 0 is not `shared: true`",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "request-charged",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[1]["cost"]["request"].update(number=1),
+        "budget rule 1 charges the request",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "response-charged-input-tokens",
+        rules.budget_rules_charge_llm_tokens,
+        "dev",
+        lambda rs: _budget_rules(rs)[0]["cost"]["response"]["metadata"].update(key="llm_input_token"),
+        "budget rule 0 does not charge the response's token count",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "response-cost-missing",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[2]["cost"].pop("response"),
+        "budget rule 2 does not charge the response's token count",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "class-without-distinct",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[1]["clientSelectors"][0]["headers"].pop(0),
+        "budget rule 1 has no Distinct match on x-actor-id",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "local-budget",
+        rules.budget_rules_charge_llm_tokens,
+        "dev",
+        lambda rs: _spec(rs, "BackendTrafficPolicy")["rateLimit"].update(
+            local={"rules": [copy.deepcopy(_budget_rules(rs)[0])]}
+        ),
+        "local rate-limit rule 0 is keyed on x-actor-id",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    # -- nothing removes or sets x-actor-id on the way to the provider
+    Broken(
+        "backend-removes-actor-header",
+        rules.actor_header_untouched,
+        "dev",
+        lambda rs: _spec(rs, "AIServiceBackend")["headerMutation"]["remove"].append("X-Actor-Id"),
+        "spec.headerMutation.remove drops x-actor-id",
+        "AIServiceBackend agent-budgets/mock",
+    ),
+    Broken(
+        "backend-sets-actor-header",
+        rules.actor_header_untouched,
+        "prod",
+        lambda rs: _spec(rs, "AIServiceBackend", "openai")["headerMutation"].update(
+            set=[{"name": "x-actor-id", "value": "actor/agents/someone-else"}]
+        ),
+        "spec.headerMutation.set writes x-actor-id",
+        "AIServiceBackend agent-budgets/openai",
+    ),
+    Broken(
+        "route-backend-ref-removes-actor-header",
+        rules.actor_header_untouched,
+        "prod",
+        lambda rs: _spec(rs, "AIGatewayRoute", "claude")["rules"][0]["backendRefs"][0].update(
+            headerMutation={"remove": ["x-actor-id"]}
+        ),
+        "spec.rules[0].backendRefs[0].headerMutation.remove drops x-actor-id",
+        "AIGatewayRoute agent-budgets/claude",
+    ),
+    Broken(
+        "client-policy-sets-actor-header-early",
+        rules.actor_header_untouched,
+        "dev",
+        lambda rs: _spec(rs, "ClientTrafficPolicy")["headers"]["earlyRequestHeaders"].update(
+            set=[{"name": "x-actor-id", "value": "actor/agents/actor-b"}]
+        ),
+        "spec.headers.earlyRequestHeaders.set writes x-actor-id",
+        "ClientTrafficPolicy agent-budgets/agent-router",
+    ),
+    Broken(
+        "client-policy-removes-actor-header-late",
+        rules.actor_header_untouched,
+        "dev",
+        lambda rs: _spec(rs, "ClientTrafficPolicy")["headers"].update(lateRequestHeaders={"remove": ["x-actor-id"]}),
+        "spec.headers.lateRequestHeaders.remove drops x-actor-id",
+        "ClientTrafficPolicy agent-budgets/agent-router",
+    ),
+    Broken(
+        "jwt-copies-email-into-actor-header",
+        rules.actor_header_untouched,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"]["providers"][0]["claimToHeaders"][0].update(claim="email"),
+        "claimToHeaders copies claim 'email' into x-actor-id",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    # -- the SecurityPolicy has audiences and copies sub into x-actor-id
+    Broken(
+        "jwt-without-audiences",
+        rules.jwt_names_the_actor,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"]["providers"][0].pop("audiences"),
+        "JWT provider 'agent-substrate' has no audiences",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "jwt-without-claim-to-headers",
+        rules.jwt_names_the_actor,
+        "prod",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"]["providers"][0].pop("claimToHeaders"),
+        "JWT provider 'agent-substrate' does not copy claim sub into x-actor-id",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "jwt-optional",
+        rules.jwt_names_the_actor,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"].update(optional=True),
+        "jwt.optional is true",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    # -- every egress policy: only the gateway, actorJwt replacing Authorization, 300-3600 s
+    Broken(
+        "jwt-lifetime-too-short",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _egress(rs, "agents/actor-a").update(expiration_seconds=120),
+        "actorJwt.expirationSeconds is 120",
+        "egress policy of actor agents/actor-a",
+    ),
+    Broken(
+        "jwt-lifetime-too-long",
+        rules.egress_reaches_only_the_gateway,
+        "prod",
+        lambda rs: _egress(rs, "agents/coder-1").update(expiration_seconds=7200),
+        "actorJwt.expirationSeconds is 7200",
+        "egress policy of actor agents/coder-1",
+    ),
+    Broken(
+        "jwt-sent-to-another-host",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _egress(rs, "agents/actor-b").update(gateway_hostname="agent-router.example.com"),
+        "sends the actor JWT to ['agent-router.example.com']",
+        "egress policy of actor agents/actor-b",
+    ),
+    Broken(
+        "extra-hostname-is-a-provider",
+        rules.egress_reaches_only_the_gateway,
+        "prod",
+        lambda rs: _egress(rs, "agents/support-1").update(extra_hostnames=["api.openai.com"]),
+        "lets the actor reach model provider host 'api.openai.com'",
+        "egress policy of actor agents/support-1",
+    ),
+    Broken(
+        "extra-wildcard-covers-a-provider",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _egress(rs, "agents/actor-a").update(extra_hostnames=["*.anthropic.com"]),
+        "lets the actor reach model provider host 'api.anthropic.com'",
+        "egress policy of actor agents/actor-a",
+    ),
+    Broken(
+        "stored-credential-instead-of-actor-jwt",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _with_rules(
+            rs,
+            "agents/actor-a",
+            lambda doc: _jwt_header(doc).update(
+                credentialUri="ate-secret://k8s.io/default/agents/openai/key", actorJwt=None
+            ),
+        ),
+        "injects a stored credential (credentialUri)",
+        "egress policy of actor agents/actor-a",
+    ),
+    Broken(
+        "jwt-prefix-missing",
+        rules.egress_reaches_only_the_gateway,
+        "prod",
+        lambda rs: _with_rules(rs, "agents/coder-2", lambda doc: _jwt_header(doc).update(prefix="")),
+        "uses prefix ''",
+        "egress policy of actor agents/coder-2",
+    ),
+    Broken(
+        "jwt-replaces-another-header",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _with_rules(rs, "agents/actor-b", lambda doc: _jwt_header(doc).update(header="X-Api-Key")),
+        "replaces headers ['X-Api-Key']",
+        "egress policy of actor agents/actor-b",
+    ),
+    Broken(
+        "extra-https-rule",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _with_rules(rs, "agents/actor-a", lambda doc: doc.append({"https": {"hostnames": ["example.com"]}})),
+        "egress rule 2 (https) for ['example.com'] has no actor-JWT effect",
+        "egress policy of actor agents/actor-a",
+    ),
+    Broken(
+        "no-gateway-rule",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _with_rules(
+            rs,
+            "agents/actor-a",
+            lambda doc: doc.__setitem__(0, PASSTHROUGH_PYPI),
+        ),
+        "has no http rule for agent-router.envoy-gateway-system.svc.cluster.local",
+        "egress policy of actor agents/actor-a",
+    ),
+    # -- every actor falls in exactly one budget rule; caps; one budget policy; the JWT sets the header
+    Broken(
+        "class-member-not-excluded-from-default",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _budget_rules(rs).append(
+            {
+                **_nothing_rule(),
+                "clientSelectors": [
+                    {
+                        "headers": [
+                            {"name": "x-actor-id", "type": "Distinct"},
+                            {"name": "x-actor-id", "type": "Exact", "value": "actor/agents/actor-b"},
+                        ]
+                    }
+                ],
+            }
+        ),
+        "actor agents/actor-b falls in 2 budget rules (0, 1)",
+        "urn:pulumi:dev::agent-budgets::kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy",
+    ),
+    Broken(
+        "default-rule-excludes-nobody",
+        rules.budget_rules_cover_each_actor_once,
+        "prod",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(value=MATCHES_NOTHING),
+        "falls in 2 budget rules (0, ",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=3,  # coder-1, coder-2 and nightly-batch
+    ),
+    Broken(
+        "default-rule-admits-nobody",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][0].update(invert=True),
+        "falls in no budget rule",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=3,  # actor-a, actor-b and the unlisted probe
+    ),
+    Broken(
+        "too-many-rules",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _budget_rules(rs).extend(_nothing_rule() for _ in range(256)),
+        "has 257 rate-limit rules, over Envoy Gateway's 256",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "too-many-selectors",
+        rules.budget_rules_cover_each_actor_once,
+        "prod",
+        lambda rs: _budget_rules(rs)[1]["clientSelectors"].extend(
+            {"headers": [{"name": "x-actor-id", "type": "RegularExpression", "value": ".*"}]} for _ in range(8)
+        ),
+        "rule 1 has 9 client selectors, over Envoy Gateway's 8",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "too-many-header-matches",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"].append(
+            {"name": "x-actor-id", "type": "RegularExpression", "value": MATCHES_NOTHING, "invert": True}
+        ),
+        "rule 0 selector 0 has 129 header matches, over Envoy Gateway's 128",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "match-value-too-long",
+        rules.budget_rules_cover_each_actor_once,
+        "prod",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][-1].update(
+            value="^actor/(?:" + "a" * 1100 + ")$"
+        ),
+        "rule 0 match 127 is 1112 characters, over Envoy Gateway's 1024",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "invalid-regex",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][-1].update(value="^actor/(agents"),
+        "rule 0 match 127 is not a valid RE2 pattern",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "two-budget-policies-on-one-gateway",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        _second_budget_policy,
+        "both hold budget rules for Gateway agent-budgets/agent-router",
+        "BackendTrafficPolicy agent-budgets/more-budgets",
+    ),
+    Broken(
+        "no-jwt-security-policy",
+        rules.budget_rules_cover_each_actor_once,
+        "prod",
+        lambda rs: _drop(rs, "SecurityPolicy"),
+        "no JWT SecurityPolicy there copies the token's sub into x-actor-id",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "no-budget-policy",
+        rules.budget_rules_cover_each_actor_once,
+        "dev",
+        lambda rs: _drop(rs, "BackendTrafficPolicy"),
+        "no BackendTrafficPolicy has a global rate-limit rule keyed on x-actor-id",
+        "no agent has a token budget",
+    ),
+    # -- provider keys reach the cluster only through Secrets
+    Broken(
+        "literal-key-in-env",
+        rules.provider_keys_only_in_secrets,
+        "dev",
+        lambda rs: _env(rs, "mock-model", "MOCK_EXPECTED_API_KEY").update(value="not-from-a-secret", valueFrom=None),
+        "sets MOCK_EXPECTED_API_KEY to a literal value",
+        "Deployment agent-budgets/mock-model",
+    ),
+    Broken(
+        "provider-key-in-config-map",
+        rules.provider_keys_only_in_secrets,
+        "dev",
+        lambda rs: (
+            find(rs, "ConfigMap", "mock-model")
+            .inputs["data"]
+            .update({"settings.py": "OPENAI_API_KEY = 'sk-proj-abcdefghijklmnopqrstuvwx0123'\n"})
+        ),
+        "data.settings.py holds a literal that looks like a model-provider API key",
+        "ConfigMap agent-budgets/mock-model",
+    ),
+    Broken(
+        "redis-password-in-helm-values",
+        rules.provider_keys_only_in_secrets,
+        "prod",
+        lambda rs: _eg_values(rs)["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"][0].update(
+            value="hunter2", valueFrom=None
+        ),
+        "sets REDIS_AUTH to a literal value",
+        "Helm release envoy-gateway-system/eg",
+    ),
+    Broken(
+        "inline-key-in-backend-security-policy",
+        rules.provider_keys_only_in_secrets,
+        "prod",
+        lambda rs: _spec(rs, "BackendSecurityPolicy", "anthropic-key")["anthropicAPIKey"].update(inline="redacted"),
+        "spec.anthropicAPIKey carries ['inline'] besides secretRef",
+        "BackendSecurityPolicy agent-budgets/anthropic-key",
+    ),
+    Broken(
+        "backend-security-policy-without-secret-ref",
+        rules.provider_keys_only_in_secrets,
+        "prod",
+        lambda rs: _spec(rs, "BackendSecurityPolicy", "openai-key")["apiKey"].pop("secretRef"),
+        "spec.apiKey has no secretRef.name",
+        "BackendSecurityPolicy agent-budgets/openai-key",
+    ),
+    # -- advisory: a non-dev stack that fails open
+    Broken(
+        "prod-fails-open",
+        rules.rate_limit_fails_closed_outside_dev,
+        "prod",
+        lambda rs: _eg_values(rs)["rateLimit"].update(failClosed=False),
+        "stack 'prod' fails open",
+        "Helm release envoy-gateway-system/eg",
+    ),
+    Broken(
+        "prod-fail-closed-unset",
+        rules.rate_limit_fails_closed_outside_dev,
+        "prod",
+        lambda rs: _eg_values(rs)["rateLimit"].pop("failClosed"),
+        "stack 'prod' fails open",
+        "Helm release envoy-gateway-system/eg",
+    ),
+    Broken(
+        "dev-not-listed-as-dev",
+        rules.rate_limit_fails_closed_outside_dev,
+        "dev",
+        lambda rs: None,
+        "stack 'dev' fails open",
+        "Helm release envoy-gateway-system/eg",
+        config={"devStacks": ["kind"]},
+    ),
+    # -- advisory: a Redis without persistence
+    Broken(
+        "redis-without-volume-claim",
+        rules.redis_persists_counters,
+        "dev",
+        lambda rs: _spec(rs, "StatefulSet", "redis").pop("volumeClaimTemplates"),
+        "mounts no volumeClaimTemplate",
+        "StatefulSet agent-budgets-redis/redis",
+    ),
+    Broken(
+        "redis-without-appendonly",
+        rules.redis_persists_counters,
+        "dev",
+        lambda rs: _redis_config(rs, "port 6379\n# appendonly yes\nsave 60 1\n"),
+        "does not turn on appendonly",
+        "StatefulSet agent-budgets-redis/redis",
+    ),
+    Broken(
+        "redis-appendonly-turned-off-on-the-command-line",
+        rules.redis_persists_counters,
+        "dev",
+        lambda rs: _spec(rs, "StatefulSet", "redis")["template"]["spec"]["containers"][0].update(
+            args=["--appendonly", "no"]
+        ),
+        "does not turn on appendonly",
+        "StatefulSet agent-budgets-redis/redis",
+    ),
+    Broken(
+        "redis-as-deployment",
+        rules.redis_persists_counters,
+        "dev",
+        _redis_as_deployment,
+        "is a Deployment: its counters live in the pod",
+        "Deployment agent-budgets-redis/redis",
+    ),
+    # -- advisory: a Substrate IdP trust that skips verification
+    Broken(
+        "idp-trust-skips-verification",
+        rules.idp_trust_verifies_certificates,
+        "prod",
+        lambda rs: _spec(rs, "Backend", "substrate-idp").update(tls={"insecureSkipVerify": True}),
+        "skips TLS verification",
+        "Backend agent-budgets/substrate-idp",
+    ),
+]
+
+
+def test_every_rule_has_a_broken_variant():
+    assert {case.policy.name for case in BROKEN} == {p.name for p in rules.POLICIES}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=lambda c: f"{c.policy.name}:{c.id}")
+def test_each_rule_fails_with_its_own_message_on_a_variant_broken_in_one_way(case: Broken):
+    resources = captured(case.stack)
+    case.breaks(resources)
+    violations = validate(case.policy, case.stack, resources, case.config)
+    assert len(violations) == case.count, violations
+    for violation in violations:
+        assert case.expected in violation
+        assert case.blame in violation
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=lambda c: f"{c.policy.name}:{c.id}")
+def test_no_other_rule_s_message_is_the_same(case: Broken):
+    """Each expected message belongs to one rule: no other case of another rule expects it."""
+    others = [c.expected for c in BROKEN if c.policy is not case.policy]
+    assert not any(case.expected in other or other in case.expected for other in others)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the rules allow, and preview-time unknowns
+
+
+def test_an_effect_free_passthrough_to_a_non_provider_host_is_allowed():
+    resources = captured("dev")
+    _egress(resources, "agents/actor-a").update(extra_hostnames=["pypi.org", "*.githubusercontent.com"])
+    assert validate(rules.egress_reaches_only_the_gateway, "dev", resources) == []
+
+
+def test_a_credential_env_var_from_a_secret_and_a_token_count_are_allowed():
+    resources = captured("dev")
+    env = find(resources, "Deployment", "mock-model").inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "MOCK_TOTAL_TOKENS", "value": "200"} in env
+    assert validate(rules.provider_keys_only_in_secrets, "dev", resources) == []
+
+
+def test_a_dev_stack_may_fail_open_and_the_dev_list_is_configurable():
+    dev = captured("dev")
+    assert _eg_values(dev)["rateLimit"]["failClosed"] is False
+    assert validate(rules.rate_limit_fails_closed_outside_dev, "dev", dev) == []
+    prod = captured("prod")
+    _eg_values(prod)["rateLimit"]["failClosed"] = False
+    assert validate(rules.rate_limit_fails_closed_outside_dev, "prod", prod, {"devStacks": ["dev", "prod"]}) == []
+
+
+def _with_unknown(resources: list[Captured], kind: str, path: list[str | int]) -> Any:
+    target: Any = find(resources, kind).inputs
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = UNKNOWN_STRING_VALUE
+    return target
+
+
+def test_an_unknown_value_skips_only_the_check_that_needs_it():
+    resources = captured("dev")
+    # Unknown during preview: the AIServiceBackend's removal list and the SecurityPolicy's audiences.
+    _with_unknown(resources, "AIServiceBackend", ["spec", "headerMutation", "remove"])
+    _with_unknown(resources, "SecurityPolicy", ["spec", "jwt", "providers", 0, "audiences"])
+    _with_unknown(resources, "BackendTrafficPolicy", ["spec", "rateLimit", "global", "rules", 0, "cost"])
+    assert validate(rules.ai_service_backend_removes_authorization, "dev", resources) == []
+    assert validate(rules.jwt_names_the_actor, "dev", resources) == []
+    assert validate(rules.budget_rules_charge_llm_tokens, "dev", resources) == []
+    assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
+    # The other checks of the same resource still run.
+    _spec(resources, "SecurityPolicy")["jwt"]["providers"][0].pop("claimToHeaders")
+    [violation] = validate(rules.jwt_names_the_actor, "dev", resources)
+    assert "does not copy claim sub" in violation
+
+
+def test_a_literal_credential_is_refused_even_when_its_value_is_unknown():
+    resources = captured("dev")
+    entry = _env(resources, "mock-model", "MOCK_EXPECTED_API_KEY")
+    entry.pop("valueFrom")
+    entry["value"] = UNKNOWN_STRING_VALUE
+    [violation] = validate(rules.provider_keys_only_in_secrets, "dev", resources)
+    assert "sets MOCK_EXPECTED_API_KEY to a literal value" in violation
+
+
+def test_plain_turns_engine_props_into_plain_data():
+    proxied = unknown_checking_proxy({"a": [1.0, {"b": UNKNOWN_STRING_VALUE}], "c": 2.5, "d": True})
+    assert rules.plain(proxied) == {"a": [1, {"b": rules.UNKNOWN}], "c": 2.5, "d": True}
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("OPENAIAPIKEY", True),
+        ("ANTHROPIC_TOKEN", True),
+        ("REDIS_AUTH", True),
+        ("db-password", True),
+        ("CLIENT_SECRET", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("GITHUB_TOKEN", True),
+        ("MOCK_TOTAL_TOKENS", False),
+        ("TOKEN_TTL", False),
+        ("API_KEY_FILE", False),
+        ("AUTH_URL", False),
+        ("API_URL", False),
+        ("KEYCLOAK_REALM", False),
+    ],
+)
+def test_which_env_var_names_count_as_credentials(name, credential):
+    resources = captured("dev")
+    env = find(resources, "Deployment", "mock-model").inputs["spec"]["template"]["spec"]["containers"][0]["env"]
+    env.append({"name": name, "value": "literal"})
+    violations = validate(rules.provider_keys_only_in_secrets, "dev", resources)
+    assert len(violations) == (1 if credential else 0), violations
+
+
+def test_egress_rules_as_printed_by_kubectl_ate_are_read_like_the_inputs():
+    """Outputs carry the live rules; protojson prints int64 as a string ("900")."""
+    resources = captured("dev")
+    _with_rules(
+        resources,
+        "agents/actor-a",
+        lambda doc: _jwt_header(doc)["actorJwt"].update(expirationSeconds="900"),
+    )
+    assert validate(rules.egress_reaches_only_the_gateway, "dev", resources) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pack as the CLI runs it: `python -u -m pulumi.policy <engine> .` in policy/, over the analyzer protocol
+
+
+@pytest.fixture(scope="module")
+def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "pulumi.policy", "127.0.0.1:1", "."],
+        cwd=ROOT / "policy",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = proc.stdout.readline().strip()  # PolicyPack prints its port, then serves until killed
+        assert port.isdigit(), f"the pack did not start: {port!r} {proc.stderr.read() if proc.poll() else ''}"
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        yield analyzer_pb2_grpc.AnalyzerStub(channel)
+        channel.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    json_format.ParseDict(value, message)
+    return message
+
+
+def test_the_pack_serves_every_rule_over_the_analyzer_protocol(analyzer):
+    info = analyzer.GetAnalyzerInfo(empty_pb2.Empty(), timeout=10)
+    assert info.name == "agent-budgets"
+    assert [p.name for p in info.policies] == [p.name for p in rules.POLICIES]
+
+
+def test_the_pack_reports_a_broken_resource_over_the_analyzer_protocol(analyzer):
+    backend = find(captured("prod"), "AIServiceBackend", "openai")
+    backend.inputs["spec"]["headerMutation"] = {"remove": ["x-actor-id"]}
+    response = analyzer.Analyze(
+        analyzer_pb2.AnalyzeRequest(
+            type=backend.type,
+            properties=_struct(backend.inputs),
+            urn=urn("prod", backend),
+            name=backend.name,
+        ),
+        timeout=10,
+    )
+    found = {d.policyName: d.message for d in response.diagnostics}
+    assert set(found) == {"ai-service-backend-removes-authorization", "actor-header-untouched"}
+    assert "does not remove the authorization header" in found["ai-service-backend-removes-authorization"]
+    assert "spec.headerMutation.remove drops x-actor-id" in found["actor-header-untouched"]
+
+
+def test_the_pack_checks_the_whole_stack_over_the_analyzer_protocol(analyzer):
+    resources = captured("dev")
+
+    def analyze_stack() -> list[str]:
+        request = analyzer_pb2.AnalyzeStackRequest(
+            resources=[
+                analyzer_pb2.AnalyzerResource(type=r.type, properties=_struct(r.inputs), urn=urn("dev", r), name=r.name)
+                for r in resources
+            ]
+        )
+        return [d.policyName for d in analyzer.AnalyzeStack(request, timeout=30).diagnostics]
+
+    assert analyze_stack() == []
+    _drop(resources, "SecurityPolicy")
+    assert analyze_stack() == ["budget-rules-cover-each-actor-once"]

@@ -1,0 +1,255 @@
+"""The real `__main__.py` under Pulumi mocks: what a cluster would receive from each configuration."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.runtime import rpc
+
+from components.budget_rules import compile_budget_rules
+from components.settings import parse_settings
+from tests.support.program import ProgramRun, RecordingMocks, Registered, run_program, stack_config
+
+OPENAI_KEY = "sk-test-openai-0123456789"
+ANTHROPIC_KEY = "sk-ant-test-abcdefghij"
+
+
+@pytest.fixture(scope="module")
+def dev() -> ProgramRun:
+    return run_program(stack_config("dev"), stack="dev")
+
+
+def real_config() -> dict[str, Any]:
+    config = stack_config("dev")
+    config["providers"] = [{"name": "openai", "kind": "openai"}, {"name": "anthropic", "kind": "anthropic"}]
+    config["routes"] = [
+        {"name": "gpt", "models": ["gpt-4o-mini", "gpt-4o"], "provider": "openai"},
+        {"name": "claude", "models": ["claude-sonnet-4"], "provider": "anthropic"},
+    ]
+    config["budgets"] = {
+        "default": {"tokens": 100_000, "per": "Day"},
+        "classes": [{"name": "large", "tokens": 1_000_000, "per": "Day", "actors": ["agents/actor-b"]}],
+    }
+    return config
+
+
+@pytest.fixture(scope="module")
+def real() -> ProgramRun:
+    return run_program(real_config(), secrets={"openaiApiKey": OPENAI_KEY, "anthropicApiKey": ANTHROPIC_KEY})
+
+
+def spec(resource: Registered) -> dict[str, Any]:
+    return resource.inputs["spec"]
+
+
+def test_budget_policy_holds_exactly_the_compiled_rules(dev):
+    btp = dev.one("BackendTrafficPolicy")
+    assert btp.inputs["metadata"]["name"] == "agent-budgets"
+    assert btp.inputs["metadata"]["namespace"] == "agent-budgets"
+    assert spec(btp)["targetRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "agent-router"}
+    ]
+    settings = parse_settings(stack_config("dev"))
+    expected = compile_budget_rules(settings.budgets, settings.budget_policy.exclusion_slots).specs()
+    rules = spec(btp)["rateLimit"]["global"]["rules"]
+    assert json.loads(json.dumps(rules)) == json.loads(json.dumps(expected))
+    [rule] = rules
+    assert rule["limit"] == {"requests": 500, "unit": "Day"}
+    assert rule["shared"] is True
+    assert rule["cost"]["request"] == {"from": "Number", "number": 0}
+    assert rule["cost"]["response"]["metadata"] == {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}
+
+
+def test_jwt_policy_verifies_substrate_tokens_and_copies_the_subject(dev):
+    policy = spec(dev.one("SecurityPolicy"))
+    [provider] = policy["jwt"]["providers"]
+    assert provider["issuer"] == "https://idp.ate-system.svc"
+    assert provider["audiences"] == ["agent-router"]
+    assert provider["remoteJWKS"]["uri"] == "https://idp.ate-system.svc/openid/v1/jwks"
+    assert provider["remoteJWKS"]["backendRefs"] == [
+        {"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "substrate-idp", "port": 443}
+    ]
+    assert provider["claimToHeaders"] == [{"header": "x-actor-id", "claim": "sub"}]
+    assert policy["targetRefs"][0]["kind"] == "Gateway"
+
+
+def test_idp_backend_is_verified_with_the_cluster_trust_bundle_by_default(dev):
+    backend = dev.one("Backend", "substrate-idp")
+    assert spec(backend)["endpoints"] == [{"fqdn": {"hostname": "idp.ate-system.svc", "port": 443}}]
+    assert "tls" not in spec(backend)
+    tls = spec(dev.one("BackendTLSPolicy", "substrate-idp"))
+    assert tls["targetRefs"] == [{"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "substrate-idp"}]
+    assert tls["validation"]["hostname"] == "idp.ate-system.svc"
+    assert tls["validation"]["caCertificateRefs"][0]["kind"] == "ClusterTrustBundle"
+
+
+def test_skipping_idp_verification_is_possible_but_loud():
+    config = stack_config("dev")
+    config["substrate"] = {"trust": {"mode": "insecureSkipVerify"}}
+    run = run_program(config)
+    assert spec(run.one("Backend", "substrate-idp"))["tls"] == {"insecureSkipVerify": True}
+    assert not [r for r in run.of_kind("BackendTLSPolicy") if r.inputs["metadata"]["name"] == "substrate-idp"]
+    assert any("WITHOUT verifying" in warning for warning in run.warnings)
+
+
+def test_gateway_has_a_fixed_service_name_and_strips_client_actor_headers(dev):
+    proxy = spec(dev.one("EnvoyProxy"))
+    assert proxy["provider"]["kubernetes"]["envoyService"] == {"name": "agent-router", "type": "ClusterIP"}
+    gateway = spec(dev.one("Gateway"))
+    assert gateway["gatewayClassName"] == dev.one("GatewayClass").inputs["metadata"]["name"]
+    assert gateway["infrastructure"]["parametersRef"]["name"] == dev.one("EnvoyProxy").inputs["metadata"]["name"]
+    assert [listener["port"] for listener in gateway["listeners"]] == [80]
+    client = spec(dev.one("ClientTrafficPolicy"))
+    assert client["connection"]["bufferLimit"] == "50Mi"
+    assert client["headers"]["earlyRequestHeaders"]["remove"] == ["x-actor-id"]
+    assert dev.outputs["gatewayUrl"] == "http://agent-router.envoy-gateway-system.svc.cluster.local:80"
+
+
+def test_every_route_reports_total_tokens_and_every_backend_drops_the_jwt(real):
+    routes = {r.inputs["metadata"]["name"]: spec(r) for r in real.of_kind("AIGatewayRoute")}
+    assert set(routes) == {"gpt", "claude"}
+    for route in routes.values():
+        assert route["llmRequestCosts"] == [{"metadataKey": "llm_total_token", "type": "TotalToken"}]
+        assert route["parentRefs"] == [
+            {"name": "agent-router", "kind": "Gateway", "group": "gateway.networking.k8s.io"}
+        ]
+    gpt_models = [m["headers"][0]["value"] for m in routes["gpt"]["rules"][0]["matches"]]
+    assert gpt_models == ["gpt-4o-mini", "gpt-4o"]
+    backends = {r.inputs["metadata"]["name"]: spec(r) for r in real.of_kind("AIServiceBackend")}
+    assert set(backends) == {"openai", "anthropic"}
+    for name, backend in backends.items():
+        assert "authorization" in backend["headerMutation"]["remove"]
+        assert backend["backendRef"] == {"name": name, "kind": "Backend", "group": "gateway.envoyproxy.io"}
+    assert backends["anthropic"]["schema"] == {"name": "Anthropic"}
+    assert backends["openai"]["schema"] == {"name": "OpenAI"}
+
+
+def test_nothing_touches_x_actor_id_on_the_way_to_the_provider(real, dev):
+    """The rate limit reads x-actor-id again to charge the response: removing it upstream charges nothing."""
+    for run in (real, dev):
+        for resource in run.of_kind("AIServiceBackend") + run.of_kind("AIGatewayRoute"):
+            text = json.dumps(spec(resource).get("headerMutation", {})) + json.dumps(
+                [ref.get("headerMutation") for rule in spec(resource).get("rules", []) for ref in rule["backendRefs"]]
+            )
+            assert "x-actor-id" not in text
+
+
+def test_provider_credentials_match_their_api(real):
+    policies = {r.inputs["metadata"]["name"]: spec(r) for r in real.of_kind("BackendSecurityPolicy")}
+    assert policies["openai-key"]["type"] == "APIKey"
+    assert policies["openai-key"]["apiKey"]["secretRef"] == {"name": "openai-api-key", "namespace": "agent-budgets"}
+    assert policies["anthropic-key"]["type"] == "AnthropicAPIKey"
+    assert policies["anthropic-key"]["anthropicAPIKey"]["secretRef"]["name"] == "anthropic-api-key"
+    for name, policy in policies.items():
+        assert policy["targetRefs"] == [
+            {"group": "aigateway.envoyproxy.io", "kind": "AIServiceBackend", "name": name.removesuffix("-key")}
+        ]
+    tls = {r.inputs["metadata"]["name"]: spec(r) for r in real.of_kind("BackendTLSPolicy")}
+    assert tls["openai"]["validation"] == {"wellKnownCACertificates": "System", "hostname": "api.openai.com"}
+    assert tls["anthropic"]["validation"] == {"wellKnownCACertificates": "System", "hostname": "api.anthropic.com"}
+    backends = {r.inputs["metadata"]["name"]: spec(r) for r in real.of_kind("Backend")}
+    assert backends["openai"]["endpoints"] == [{"fqdn": {"hostname": "api.openai.com", "port": 443}}]
+
+
+def test_provider_keys_appear_only_in_their_secrets(real):
+    holders = []
+    for resource in real.resources:
+        text = json.dumps(resource.inputs, default=str)
+        for key in (OPENAI_KEY, ANTHROPIC_KEY):
+            if key in text:
+                holders.append((resource.kind, resource.inputs.get("metadata", {}).get("name"), key))
+    assert sorted(holders) == sorted(
+        [("Secret", "openai-api-key", OPENAI_KEY), ("Secret", "anthropic-api-key", ANTHROPIC_KEY)]
+    )
+    secret = real.one("Secret", "openai-api-key")
+    # The engine receives the data wrapped as a Pulumi secret: encrypted in state, masked in diffs.
+    assert secret.inputs["stringData"] == {
+        rpc._special_sig_key: rpc._special_secret_sig,
+        "value": {"apiKey": OPENAI_KEY},
+    }
+    assert secret.inputs["metadata"]["namespace"] == "agent-budgets"
+
+
+def test_stack_outputs_hold_no_secret(real):
+    text = json.dumps(real.outputs, default=str)
+    assert OPENAI_KEY not in text and ANTHROPIC_KEY not in text
+    for value in real.outputs.values():
+        assert not isinstance(value, pulumi.Output), "outputs are plain, secret-free values"
+    assert real.outputs["budgetRules"][1] == {
+        "rule": 1, "budget": "class:large", "tokens": 1_000_000, "per": "Day", "members": 1
+    }
+
+
+def test_mock_model_runs_our_server_and_reports_200_tokens(dev):
+    config_map = dev.one("ConfigMap", "mock-model")
+    assert "def main" in config_map.inputs["data"]["server.py"]
+    deployment = spec(dev.one("Deployment", "mock-model"))
+    [container] = deployment["template"]["spec"]["containers"]
+    assert container["image"] == "python:3.12-alpine"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MOCK_TOTAL_TOKENS"]["value"] == "200"
+    assert env["MOCK_EXPECTED_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "mock-api-key", "key": "apiKey"}
+    service = spec(dev.one("Service", "mock-model"))
+    assert service["ports"][0]["port"] == 8080
+    backend = spec(dev.one("Backend", "mock"))
+    assert backend["endpoints"] == [{"fqdn": {"hostname": "mock-model.agent-budgets.svc.cluster.local", "port": 8080}}]
+    routes = {r.inputs["metadata"]["name"] for r in dev.of_kind("AIGatewayRoute")}
+    assert routes == {"mock-small", "mock-large"}
+
+
+def test_one_egress_policy_per_actor(dev):
+    policies = [r for r in dev.resources if r.type == "pulumi-python:dynamic:Resource"]
+    assert sorted(r.name for r in policies) == ["egress-agents-actor-a", "egress-agents-actor-b"]
+
+
+def test_every_kubernetes_resource_uses_the_explicit_provider(dev):
+    [provider] = dev.of_kind("kubernetes")
+    assert provider.type == "pulumi:providers:kubernetes"
+    assert provider.inputs["context"] == "kind-agent-budgets"
+
+
+def test_components_register_their_outputs_and_types(dev):
+    component_types = {r.type for r in dev.resources if not r.custom}
+    assert {
+        "agent-budgets:gateway:ModelGateway",
+        "agent-budgets:substrate:IdpTrust",
+        "agent-budgets:models:Models",
+        "agent-budgets:models:MockModel",
+        "agent-budgets:budgets:Budgets",
+        "agent-budgets:substrate:ActorEgressPolicies",
+    } <= component_types
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"budgets": {"default": {"tokens": -1, "per": "Day"}}}, "agent-budgets:budgets.default.tokens"),
+        ({"actors": ["not-an-actor"]}, "agent-budgets:actors"),
+        ({"colour": "blue"}, "agent-budgets:colour: unknown configuration key"),
+        (
+            {
+                "providers": [{"name": "openai", "kind": "openai"}],
+                "routes": [{"name": "gpt", "models": ["gpt"], "provider": "openai"}],
+            },
+            "agent-budgets:openaiApiKey is not set",
+        ),
+    ],
+)
+def test_bad_configuration_stops_the_program_before_any_resource(change, fragment):
+    config = copy.deepcopy(stack_config("dev"))
+    config.update(change)
+    mocks = RecordingMocks()
+    with pytest.raises(pulumi.RunError) as caught:
+        run_program(config, mocks=mocks)
+    assert fragment in str(caught.value)
+    assert mocks.resources == []
+
+
+def test_a_provider_key_in_plain_text_is_refused():
+    config = real_config()
+    with pytest.raises(pulumi.RunError, match="agent-budgets:anthropicApiKey is stored in plain text"):
+        run_program(config, secrets={"openaiApiKey": OPENAI_KEY}, plain={"anthropicApiKey": ANTHROPIC_KEY})

@@ -1,0 +1,224 @@
+"""Configuration validation: good stacks load, every kind of bad value is refused with its own message."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from components.program import load, required_secrets, secret_problems
+from components.settings import ConfigError, hostname_patterns_overlap, parse_settings
+from tests.support.program import stack_config
+
+BASE: dict[str, Any] = {
+    "actors": ["agents/actor-a", "agents/actor-b", "agents/actor-c"],
+    "budgets": {
+        "default": {"tokens": 500, "per": "Day"},
+        "classes": [{"name": "large", "tokens": 5000, "per": "Day", "actors": ["agents/actor-b"]}],
+    },
+}
+
+
+def with_changes(**changes: Any) -> dict[str, Any]:
+    config = copy.deepcopy(BASE)
+    config.update(changes)
+    return config
+
+
+def budgets(default: Any = None, classes: Any = None) -> dict[str, Any]:
+    value: dict[str, Any] = {"default": default or {"tokens": 500, "per": "Day"}}
+    if classes is not None:
+        value["classes"] = classes
+    return value
+
+
+def test_dev_stack_file_loads_with_the_documented_values():
+    settings = parse_settings(stack_config("dev"))
+    assert settings.actors == ["agents/actor-a", "agents/actor-b"]
+    assert settings.budgets.default.tokens == 500
+    assert settings.budgets.default.per == "Day"
+    assert settings.budgets.classes == []
+    assert settings.kubernetes.context == "kind-agent-budgets"
+    assert [p.kind for p in settings.providers] == ["mock"]
+    assert [r.name for r in settings.routes] == ["mock-small", "mock-large"]
+    assert settings.redis.mode == "in-cluster"
+    assert settings.rate_limit.fail_closed is False
+    assert settings.mock_model.total_tokens == 200
+
+
+def test_defaults_fill_everything_but_actors_and_budgets():
+    settings = parse_settings(copy.deepcopy(BASE))
+    assert settings.gateway.namespace == "agent-budgets"
+    assert settings.substrate.issuer == "https://idp.ate-system.svc"
+    assert settings.substrate.egress.expiration_seconds == 900
+    assert settings.budget_policy.exclusion_slots == 127
+    assert settings.platform.envoy_gateway_version == "v1.9.3"
+    assert settings.classes_by_actor == {"agents/actor-b": "large"}
+
+
+# Each case: (config, a fragment that must appear in the message). Every message names its key.
+BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("tokens zero", with_changes(budgets=budgets({"tokens": 0, "per": "Day"})),
+     ["agent-budgets:budgets.default.tokens", "at least 1"]),
+    ("tokens negative", with_changes(budgets=budgets({"tokens": -5, "per": "Day"})),
+     ["agent-budgets:budgets.default.tokens", "got -5"]),
+    ("tokens quoted", with_changes(budgets=budgets({"tokens": "500", "per": "Day"})),
+     ["agent-budgets:budgets.default.tokens", "'500'", "without quotes"]),
+    ("tokens fractional", with_changes(budgets=budgets({"tokens": 2.5, "per": "Day"})),
+     ["agent-budgets:budgets.default.tokens", "2.5"]),
+    ("tokens above uint32", with_changes(budgets=budgets({"tokens": 4_294_967_296, "per": "Day"})),
+     ["4294967296", "maximum of 4294967295"]),
+    ("unknown unit", with_changes(budgets=budgets({"tokens": 5, "per": "Fortnight"})),
+     ["agent-budgets:budgets.default.per", "'Fortnight'", "Second, Minute, Hour, Day, Week, Month, Year"]),
+    ("lowercase unit", with_changes(budgets=budgets({"tokens": 5, "per": "day"})),
+     ["agent-budgets:budgets.default.per", "'day'"]),
+    ("missing default", with_changes(budgets={"classes": []}),
+     ["agent-budgets:budgets.default", "required"]),
+    ("actor without atespace", with_changes(actors=["actor-a"]),
+     ["agent-budgets:actors", "'actor-a'", "<atespace>/<name>"]),
+    ("actor with uppercase", with_changes(actors=["agents/Actor-A"]),
+     ["'agents/Actor-A'", "<atespace>/<name>"]),
+    ("actor label too long", with_changes(actors=["agents/" + "a" * 64]),
+     ["agent-budgets:actors", "63"]),
+    ("actor with three parts", with_changes(actors=["a/b/c"]), ["'a/b/c'"]),
+    ("duplicate actor", with_changes(actors=["agents/actor-a", "agents/actor-a", "agents/actor-b"]),
+     ["actors[1]", "listed twice"]),
+    ("class actor not listed", with_changes(budgets=budgets(classes=[
+        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-z"]}])),
+     ["agent-budgets:budgets.classes[0].actors[0]", "'agents/actor-z'", "not in agent-budgets:actors"]),
+    ("actor in two classes", with_changes(budgets=budgets(classes=[
+        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
+        {"name": "huge", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]}])),
+     ["classes[1].actors[0]", "'large'", "'huge'", "at most one class"]),
+    ("duplicate class name", with_changes(budgets=budgets(classes=[
+        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
+        {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-c"]}])),
+     ["classes[1].name", "'large'", "unique"]),
+    ("invalid class name", with_changes(budgets=budgets(classes=[
+        {"name": "Large_Class", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]}])),
+     ["agent-budgets:budgets.classes[0].name", "'Large_Class'", "DNS label"]),
+    ("unknown top-level key", with_changes(budget={"default": {"tokens": 1, "per": "Day"}}),
+     ["agent-budgets:budget: unknown configuration key", "budgets"]),
+    ("unknown nested key", with_changes(budgets={"default": {"tokens": 5, "per": "Day", "burst": 3}}),
+     ["agent-budgets:budgets.default.burst", "unknown key"]),
+    ("unknown class key", with_changes(budgets=budgets(classes=[
+        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"], "priority": 1}])),
+     ["agent-budgets:budgets.classes[0].priority", "unknown key"]),
+    ("missing actors", {"budgets": BASE["budgets"]}, ["agent-budgets:actors", "required"]),
+    ("route to unknown provider", with_changes(routes=[{"name": "r", "models": ["m"], "provider": "nope"}]),
+     ["agent-budgets:routes[0].provider", "'nope'"]),
+    ("model on two routes", with_changes(routes=[
+        {"name": "a", "models": ["m"], "provider": "mock"}, {"name": "b", "models": ["m"], "provider": "mock"}]),
+     ["'m'", "already served by route 'a'"]),
+    ("unknown provider kind", with_changes(providers=[{"name": "x", "kind": "gemini"}]),
+     ["agent-budgets:providers[0].kind", "'gemini'"]),
+    ("mock with a hostname", with_changes(providers=[{"name": "mock", "kind": "mock", "hostname": "x.io"}]),
+     ["agent-budgets:providers[0]", "kind mock"]),
+    ("extra hostname to a provider", with_changes(substrate={"egress": {"extraHostnames": ["*.openai.com"]}}),
+     ["extraHostnames[0]", "'*.openai.com'", "api.openai.com"]),
+    ("egress expiration too short", with_changes(substrate={"egress": {"expirationSeconds": 60}}),
+     ["agent-budgets:substrate.egress.expirationSeconds", "60"]),
+    ("issuer not https", with_changes(substrate={"issuer": "http://idp.ate-system.svc"}),
+     ["agent-budgets:substrate.issuer", "https://"]),
+    ("unknown trust mode", with_changes(substrate={"trust": {"mode": "trustMe"}}),
+     ["agent-budgets:substrate.trust.mode", "'trustMe'"]),
+    ("exclusion slots out of range", with_changes(budgetPolicy={"exclusionSlots": 0}),
+     ["agent-budgets:budgetPolicy.exclusionSlots", "got 0"]),
+    ("not a version", with_changes(platform={"envoyGatewayVersion": "latest"}),
+     ["agent-budgets:platform.envoyGatewayVersion", "'latest'"]),
+    ("incompatible versions", with_changes(platform={"envoyGatewayVersion": "v1.9.1"}),
+     ["agent-budgets:platform", "v1.9.2 or newer", "v1.9.1"]),
+    ("external redis without url", with_changes(redis={"mode": "external"}),
+     ["agent-budgets:redis", "url is missing"]),
+    ("unknown redis mode", with_changes(redis={"mode": "memcached"}), ["agent-budgets:redis.mode", "'memcached'"]),
+    ("zero timeout", with_changes(rateLimit={"timeout": "0ms"}), ["agent-budgets:rateLimit.timeout", "'0ms'"]),
+    ("negative timeout", with_changes(rateLimit={"timeout": "-5ms"}), ["agent-budgets:rateLimit.timeout"]),
+    ("bad buffer limit", with_changes(gateway={"requestBufferLimit": "lots"}),
+     ["agent-budgets:gateway.requestBufferLimit", "'lots'"]),
+]
+
+
+@pytest.mark.parametrize(("config", "fragments"), [(c, f) for _, c, f in BAD_CONFIGS],
+                         ids=[name for name, _, _ in BAD_CONFIGS])
+def test_bad_configuration_is_refused_with_a_message_naming_key_and_value(config, fragments):
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(config)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+
+
+def test_every_bad_configuration_has_its_own_message():
+    messages = []
+    for _, config, _ in BAD_CONFIGS:
+        with pytest.raises(ConfigError) as caught:
+            parse_settings(config)
+        messages.append(str(caught.value))
+    assert len(BAD_CONFIGS) >= 20
+    assert len(set(messages)) == len(messages)
+
+
+def test_all_problems_are_reported_together():
+    config = with_changes(actors=["bad"], budgets=budgets({"tokens": 0, "per": "Days"}), colour="blue")
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(config)
+    message = str(caught.value)
+    assert "agent-budgets:colour" in message
+    assert "agent-budgets:actors" in message
+    assert "agent-budgets:budgets.default.tokens" in message
+    assert "agent-budgets:budgets.default.per" in message
+
+
+def test_a_class_may_be_emptied_to_retire_it_without_moving_later_classes():
+    config = with_changes(budgets=budgets(classes=[
+        {"name": "retired", "tokens": 9, "per": "Day", "actors": []},
+        {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]},
+    ]))
+    settings = parse_settings(config)
+    assert [c.name for c in settings.budgets.classes] == ["retired", "large"]
+
+
+def test_remote_providers_need_their_key_as_a_secret():
+    settings = parse_settings(with_changes(
+        providers=[{"name": "openai", "kind": "openai"}, {"name": "claude", "kind": "anthropic",
+                                                          "apiKeyConfig": "anthropicKey"}],
+        routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
+                {"name": "claude", "models": ["claude-sonnet"], "provider": "claude"}],
+        redis={"mode": "external", "url": "redis.example.internal:6379"},
+    ))
+    assert [key for key, _ in required_secrets(settings)] == ["openaiApiKey", "anthropicKey", "redisPassword"]
+    state = {"openaiApiKey": (True, True), "anthropicKey": (True, False), "redisPassword": (False, False)}
+    problems = secret_problems(settings, lambda key: state[key])
+    assert len(problems) == 2
+    assert "agent-budgets:anthropicKey is stored in plain text" in problems[0]
+    assert "pulumi config set --secret agent-budgets:anthropicKey" in problems[0]
+    assert "agent-budgets:redisPassword is not set" in problems[1]
+    assert "pulumi config set --secret agent-budgets:redisPassword" in problems[1]
+
+
+def test_load_refuses_a_missing_provider_key_before_anything_is_built():
+    config = with_changes(
+        providers=[{"name": "openai", "kind": "openai"}],
+        routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"}],
+    )
+    with pytest.raises(ConfigError, match=r"agent-budgets:openaiApiKey is not set"):
+        load(config, state=lambda key: (False, False))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [
+        ("api.openai.com", "api.openai.com", True),
+        ("*.openai.com", "api.openai.com", True),
+        ("api.openai.com", "*.openai.com", True),
+        ("*.com", "*.openai.com", True),
+        ("*", "example.org", True),
+        ("openai.com", "api.openai.com", False),
+        ("*.api.openai.com", "api.openai.com", False),
+        ("pypi.org", "api.openai.com", False),
+        ("*.example.org", "*.example.com", False),
+    ],
+)
+def test_hostname_overlap(a, b, overlap):
+    assert hostname_patterns_overlap(a, b) is overlap
