@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Shared helpers for scripts/up.sh and scripts/down.sh. Sourced, never run on its own.
+# Every pinned version and fixed name comes from scripts/versions.env.
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the paths and names below are used by up.sh and down.sh
+
+AB_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# versions.env is plain KEY=VALUE data, not a script to lint.
+# shellcheck disable=SC1091
+source "${AB_ROOT}/scripts/versions.env"
+
+BUILD_DIR="${AB_ROOT}/build"
+SUBSTRATE_SRC="${BUILD_DIR}/substrate"
+BIN_DIR="${BUILD_DIR}/bin"
+PROBE_REF_FILE="${BUILD_DIR}/probe-image.ref"
+STATE_DIR="${AB_ROOT}/.state"
+PULUMI_BACKEND="file://${STATE_DIR}"
+INSTALL_MARKER=agent-budgets-substrate
+
+# kubectl finds the `ate` plugin as an executable named kubectl-ate on PATH; the Pulumi program's
+# egress-policy provider runs `kubectl ate`, so the binary built from the pinned checkout goes first.
+export PATH="${BIN_DIR}:${PATH}"
+# The dev stack's passphrase (dev only; a real stack uses its own secret or a cloud KMS).
+if [[ -z "${PULUMI_CONFIG_PASSPHRASE:-}" && -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]]; then
+  export PULUMI_CONFIG_PASSPHRASE="${PULUMI_DEV_PASSPHRASE}"
+fi
+# Every pulumi command of these scripts uses the project's own file backend, whatever the
+# current `pulumi login` says.
+export PULUMI_BACKEND_URL="${PULUMI_BACKEND}"
+export PULUMI_SKIP_UPDATE_CHECK=true
+
+if [[ -t 1 ]]; then
+  C_STEP=$'\033[1;36m' C_WARN=$'\033[1;33m' C_ERR=$'\033[1;31m' C_OFF=$'\033[0m'
+else
+  C_STEP='' C_WARN='' C_ERR='' C_OFF=''
+fi
+
+step() { printf '%s==> %s%s\n' "${C_STEP}" "$*" "${C_OFF}"; }
+info() { printf '    %s\n' "$*"; }
+warn() { printf '%swarning:%s %s\n' "${C_WARN}" "${C_OFF}" "$*" >&2; }
+die() {
+  printf '%serror:%s %s\n' "${C_ERR}" "${C_OFF}" "$*" >&2
+  exit 1
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# missing_tool NAME HINT: prints one line for a missing tool and returns 1, or returns 0.
+missing_tool() {
+  if have "$1"; then
+    return 0
+  fi
+  printf '%smissing:%s %s (%s)\n' "${C_ERR}" "${C_OFF}" "$1" "$2" >&2
+  return 1
+}
+
+# version_ge A B: true when version A >= version B (dotted numbers, an optional leading v).
+version_ge() {
+  local a="${1#v}" b="${2#v}"
+  [[ "$(printf '%s\n%s\n' "${b}" "${a}" | sort -V | head -n1)" == "${b}" ]]
+}
+
+kctl() { kubectl --context "${KUBE_CONTEXT}" "$@"; }
+
+# kubectl-ate built from the pinned checkout, always against the dev cluster.
+kate() { "${BIN_DIR}/kubectl-ate" --context "${KUBE_CONTEXT}" "$@"; }
+
+kind_cluster_exists() { kind get clusters 2>/dev/null | grep -qx "${KIND_CLUSTER}"; }
+
+# The demo actors, and the one without an egress policy (e2e check 4). DEMO_ACTORS is a
+# space-separated list of DNS labels.
+# shellcheck disable=SC2206
+DEMO_ACTOR_LIST=(${DEMO_ACTORS})
+ALL_DEMO_ACTORS=("${DEMO_ACTOR_LIST[@]}" "${NOEGRESS_ACTOR}")
+
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 2 s until it succeeds.
+wait_until() {
+  local timeout="$1" what="$2"
+  shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      die "timed out after ${timeout}s waiting for ${what}"
+    fi
+    sleep 2
+  done
+}
+
+# render_template FILE: prints FILE with ${NAME} placeholders replaced from the environment;
+# a placeholder without a value is an error (python3's string.Template.substitute).
+render_template() {
+  python3 -c '
+import os, string, sys
+with open(sys.argv[1], encoding="utf-8") as handle:
+    text = handle.read()
+try:
+    sys.stdout.write(string.Template(text).substitute(os.environ))
+except KeyError as exc:
+    sys.exit(f"{sys.argv[1]}: no value for placeholder {exc}")
+' "$1"
+}
+
+# ate_json KIND: reads kubectl-ate JSON on stdin and prints one fact about it.
+#   actor-state      RUNNING, SUSPENDED, ... (both the status enum and the status.state shapes)
+#   golden           ready | pending | error: <message>   (an actor template's golden snapshot)
+#   images           every container image of an actor template, one per line
+#   has-rules        "yes" when an egress policy document has at least one rule
+ate_json() {
+  python3 -c '
+import json, sys
+
+kind = sys.argv[1]
+raw = sys.stdin.read().strip()
+doc = json.loads(raw) if raw else {}
+if isinstance(doc, list):
+    doc = doc[0] if doc else {}
+status = doc.get("status") or {}
+if kind == "actor-state":
+    state = status.get("state") or status.get("status") if isinstance(status, dict) else status
+    state = str(state or "UNKNOWN").upper()
+    for prefix in ("ACTOR_STATE_", "STATUS_"):
+        state = state.removeprefix(prefix)
+    print(state)
+elif kind == "golden":
+    golden = status.get("goldenSnapshotStatus") or {} if isinstance(status, dict) else {}
+    if golden.get("errorMessage"):
+        print("error: " + golden["errorMessage"])
+    elif (golden.get("goldenSnapshot") or {}).get("name") or (golden.get("goldenTag") or {}).get("name"):
+        print("ready")
+    else:
+        print("pending")
+elif kind == "images":
+    spec = doc.get("spec") or doc
+    for container in spec.get("containers") or []:
+        print(container.get("image", ""))
+elif kind == "has-rules":
+    print("yes" if doc.get("rules") else "no")
+else:
+    sys.exit(f"ate_json: unknown query {kind}")
+' "$1"
+}
+
+actor_state() {
+  kate get actors "$1" -a "${ATESPACE}" -o json 2>/dev/null | ate_json actor-state
+}
+
+actor_is() { [[ "$(actor_state "$1")" == "$2" ]]; }
+
+# port_forward_start NAMESPACE SERVICE REMOTE_PORT: starts `kubectl port-forward` on a free local
+# port; sets PF_PID and PF_PORT. Stop it with port_forward_stop (kills only that process id).
+port_forward_start() {
+  local log
+  log="$(mktemp)"
+  # kubectl itself in the background (not the kctl function, whose subshell would be the pid).
+  kubectl --context "${KUBE_CONTEXT}" -n "$1" port-forward --address 127.0.0.1 "service/$2" ":$3" >"${log}" 2>&1 &
+  PF_PID=$!
+  PF_PORT=""
+  local tries=0
+  while [[ -z "${PF_PORT}" ]] && ((tries < 60)); do
+    PF_PORT="$(sed -n 's/^Forwarding from 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "${log}" | head -n1)"
+    kill -0 "${PF_PID}" 2>/dev/null || break
+    sleep 0.5
+    tries=$((tries + 1))
+  done
+  if [[ -z "${PF_PORT}" ]]; then
+    cat "${log}" >&2
+    rm -f "${log}"
+    port_forward_stop
+    die "kubectl port-forward to service/$2 in $1 did not start"
+  fi
+  rm -f "${log}"
+}
+
+port_forward_stop() {
+  if [[ -n "${PF_PID:-}" ]]; then
+    kill "${PF_PID}" 2>/dev/null || true
+    wait "${PF_PID}" 2>/dev/null || true
+    PF_PID=""
+  fi
+}

@@ -1,0 +1,142 @@
+"""make bench-e2e: the latency the full path adds to a model call.
+
+2,000 non-streamed calls (after a warm-up) through the full path — from actor-a's sandbox, through
+Substrate's egress gateway (JWT injection), Envoy Gateway (JWT check, rate-limit check), Agent Router
+and on to the mock model — and the same number straight to the mock model from a plain pod running
+the same probe agent. Both are timed by the probe agent itself, per call, on one kept-alive
+connection, so the port-forwards to the cluster are not part of any number. Reports the median and
+p95 of each and the difference ("added").
+
+So that 2,000 calls are not refused after three, actor-a gets a large budget class for the run
+(stack config + `pulumi up`, restored afterwards, like check 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.e2e.e2elib.config import load_settings
+from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, live_env
+from tests.e2e.e2elib.portforward import PortForward
+from tests.e2e.e2elib.probe import ProbeClient
+from tests.e2e.e2elib.runner import check
+from tests.e2e.e2elib.stack import budget_class
+from tests.e2e.e2elib.stats import report, summarize
+
+DIRECT_POD = "agent-budgets-bench-direct"
+DIRECT_NAMESPACE = "agent-budgets-actors"  # the demo's own namespace (scripts/versions.env WORKER_NAMESPACE)
+
+
+def collect(client: ProbeClient, actor: str | None, calls: int, chunk: int, model: str) -> dict[str, Any]:
+    """calls timed calls in requests of at most chunk calls each."""
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    errors = 0
+    remaining = calls
+    while remaining > 0:
+        batch = client.bench(actor, min(chunk, remaining), model=model)
+        latencies += batch["latencies_ms"]
+        errors += batch["errors"]
+        for status, count in batch["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+        remaining -= min(chunk, remaining)
+    return {"latencies": latencies, "statuses": statuses, "errors": errors}
+
+
+@contextmanager
+def direct_probe(env: LiveEnv) -> Iterator[ProbeClient]:
+    """A plain pod (not an actor) running the probe agent, pointed straight at the mock model."""
+    s = env.settings
+    upstream = f"http://{s.mock_service}.{s.mock_namespace}.svc.cluster.local:{s.mock_port}"
+    env.kube.run("-n", DIRECT_NAMESPACE, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=true", timeout=120)
+    check(
+        env.kube.run(
+            "-n",
+            DIRECT_NAMESPACE,
+            "run",
+            DIRECT_POD,
+            f"--image={s.probe_image}",
+            "--restart=Never",
+            "--image-pull-policy=IfNotPresent",
+            "--labels=app.kubernetes.io/name=agent-budgets-bench",
+            "--env=PORT=8080",
+            f"--env=PROBE_UPSTREAM={upstream}",
+        ),
+        "kubectl run the direct probe",
+    )
+    try:
+        check(
+            env.kube.run(
+                "-n",
+                DIRECT_NAMESPACE,
+                "wait",
+                "--for=condition=Ready",
+                f"pod/{DIRECT_POD}",
+                "--timeout=180s",
+                timeout=200,
+            ),
+            "waiting for the direct probe pod",
+        )
+        with PortForward(s.kube_context, DIRECT_NAMESPACE, f"pod/{DIRECT_POD}", 8080) as forward:
+            yield ProbeClient(lambda: forward.port)
+    finally:
+        env.kube.run("-n", DIRECT_NAMESPACE, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=false")
+
+
+def run(env: LiveEnv, calls: int, warmup: int, chunk: int, actor: str) -> int:
+    s = env.settings
+    model = s.models[0]
+    tokens = max(1_000_000, 2 * (calls + warmup) * s.tokens_per_call)
+    bench = {"name": "bench", "tokens": tokens, "per": s.default_per, "actors": [s.target(actor)]}
+    with budget_class(env.stack, bench, env.settle_policy):
+        print(env.fresh_buckets())
+        with direct_probe(env) as direct:
+            direct.bench(None, warmup, model=model)
+            straight = collect(direct, None, calls, chunk, model)
+        env.probe.bench(actor, warmup, model=model)
+        full = collect(env.probe, actor, calls, chunk, model)
+        print(env.fresh_buckets())
+
+    print(
+        f"bench-e2e: {calls} non-streamed calls each way after {warmup} warm-up calls, timed per call by the "
+        "probe agent on one kept-alive connection"
+    )
+    problems = []
+    for name, result in (("straight to the mock", straight), (f"full path from {s.target(actor)}", full)):
+        if result["errors"] or set(result["statuses"]) != {"200"}:
+            problems.append(f"{name}: statuses {result['statuses']}, connection errors {result['errors']}")
+    for line in report(summarize(straight["latencies"]), summarize(full["latencies"])):
+        print("  " + line)
+    for problem in problems:
+        print(f"  FAIL: not every call returned 200 ({problem})")
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000, help="timed calls per path (default 2000)")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed calls first (default 50)")
+    parser.add_argument("--chunk", type=int, default=500, help="calls per request to a probe (default 500)")
+    parser.add_argument("--actor", default=None, help="demo actor for the full path (default: the first)")
+    args = parser.parse_args(argv)
+    if args.calls < 1 or args.warmup < 1 or args.chunk < 1:
+        parser.error("--calls, --warmup and --chunk must be positive")
+    settings = load_settings()
+    try:
+        with live_env(settings) as env:
+            return run(env, args.calls, args.warmup, args.chunk, args.actor or settings.demo_actors[0])
+    except StackUnavailableError as exc:
+        print(f"bench-e2e skipped: no live dev stack ({exc}); run `make up` first")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

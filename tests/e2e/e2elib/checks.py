@@ -1,0 +1,261 @@
+"""Pass/fail logic of the eight end-to-end checks, as pure functions of what was observed.
+
+Each ``judge_*`` fills a Verdict with the evidence the example write-up prints and with a failure
+line for every expectation that does not hold. The live checks (tests/e2e/test_e2e_*.py) only
+gather observations; the unit suite feeds these functions canned ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .counters import CounterReading
+from .evidence import describe_outcome, excerpt, format_call, format_counters, format_transition, short_name, thousands
+from .httpcall import HttpReply
+from .probe import Call
+from .verdict import Verdict
+
+TITLES: dict[int, str] = {
+    1: "Actor A and actor B each complete a call; tokens are metered per actor",
+    2: "Actor A sends x-actor-id: actor/agents/actor-b and is still charged as actor A",
+    3: "Actor A's 4th call gets 429 (500 tokens/day, 200 per call); actor B still gets 200",
+    4: "An actor with no egress rule for Agent Router cannot reach it; nothing reaches Agent Router",
+    5: "A caller that is not an actor, sending no token, a forged JWT or a bare x-actor-id, gets 401",
+    6: "A streamed call that did not ask for usage is charged when the stream ends",
+    7: "Two model routes charge one bucket per actor (shared: true)",
+    8: "With a class giving actor-b 5,000 tokens, actor-b is held to its own limit and actor-a to the default",
+}
+
+
+def admitted_calls(limit: int, per_call: int) -> int:
+    """Calls a budget admits: a call is refused only once the bucket is over the limit, and it is
+    charged at its end, so N tokens at C a call admit floor(N/C) + 1 calls."""
+    if per_call <= 0 or limit < 0:
+        raise ValueError("per_call must be positive and limit not negative")
+    return limit // per_call + 1
+
+
+def ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def call_from_reply(reply: HttpReply) -> Call:
+    """A direct HTTP reply (check 5) in the same shape as a probe's Call."""
+    if reply.status is None:
+        return Call(error_stage="connect", error=reply.error)
+    return Call(
+        status=reply.status,
+        headers=reply.headers,
+        body=reply.body,
+        remaining=reply.headers.get("x-ratelimit-remaining"),
+    )
+
+
+def _expect_ok(v: Verdict, who: str, call: Call, per_call: int | None = None) -> None:
+    if v.expect(call.status == 200, f"{who}: expected HTTP 200, got {describe_outcome(call)}") and per_call is not None:
+        v.expect_equal(f"{who}: total_tokens", call.total_tokens, per_call)
+
+
+def _expect_admitted_then_429(v: Verdict, name: str, calls: Sequence[Call], admitted: int, per_call: int) -> None:
+    who = short_name(name)
+    if not v.expect(len(calls) == admitted + 1, f"{who}: expected {admitted + 1} calls, made {len(calls)}"):
+        return
+    for index, call in enumerate(calls[:admitted], start=1):
+        _expect_ok(v, f"{who} call {index}", call, per_call)
+    last = calls[admitted]
+    v.expect(last.status == 429, f"{who} call {admitted + 1}: expected HTTP 429, got {describe_outcome(last)}")
+
+
+def run_lines(name: str, calls: Sequence[Call], first: int = 1, last: int = 2) -> list[str]:
+    """Evidence for a run of calls: the first and last ones, the middle folded into one line."""
+    who = short_name(name)
+    shown = set(range(first)) | set(range(max(len(calls) - last, 0), len(calls)))
+    lines: list[str] = []
+    folded: list[int] = []
+    for index, call in enumerate(calls):
+        if index in shown:
+            if folded:
+                statuses = sorted({calls[i].status for i in folded}, key=str)
+                lines.append(f"{who} calls {folded[0] + 1}-{folded[-1] + 1}: status {'/'.join(map(str, statuses))}")
+                folded = []
+            lines.append(f"{who} call {index + 1}: {format_call(call)}")
+        else:
+            folded.append(index)
+    return lines
+
+
+# --- 1 -------------------------------------------------------------------------------------------
+
+
+def judge_metering(v: Verdict, calls: Mapping[str, Call], totals: Mapping[str, int], per_call: int) -> None:
+    v.note("rate limit counters: " + format_counters({actor: totals.get(actor, 0) for actor in calls}))
+    v.note(
+        "credential the model received: "
+        + " ".join(f"{short_name(actor)}={call.credential or 'unknown'}" for actor, call in calls.items())
+    )
+    for actor, call in calls.items():
+        who = short_name(actor)
+        _expect_ok(v, f"{who}'s call", call, per_call)
+        v.expect_equal(f"{who}'s counter", totals.get(actor), per_call)
+        if call.credential == "jwt":
+            v.expect(False, f"the model received {who}'s actor JWT instead of the provider key")
+        else:
+            v.expect_equal(f"credential the model received from {who}'s call", call.credential, "provider-key")
+
+
+# --- 2 -------------------------------------------------------------------------------------------
+
+
+def judge_spoofing(
+    v: Verdict, call: Call, caller: str, victim: str, before: Mapping[str, int], after: Mapping[str, int], per_call: int
+) -> None:
+    v.note(f"{short_name(caller)} sent x-actor-id: {victim}")
+    v.note(f"upstream saw x-actor-id: {call.upstream_actor_id}")
+    v.note(
+        f"{format_transition(caller, before[caller], after[caller])}; "
+        f"{format_transition(victim, before[victim], after[victim])}"
+    )
+    _expect_ok(v, f"{short_name(caller)}'s spoofed call", call)
+    v.expect_equal("x-actor-id the model saw", call.upstream_actor_id, caller)
+    v.expect_equal(f"{short_name(caller)}'s counter increase", after[caller] - before[caller], per_call)
+    v.expect_equal(f"{short_name(victim)}'s counter increase", after[victim] - before[victim], 0)
+
+
+# --- 3 -------------------------------------------------------------------------------------------
+
+
+def exhaustion_title(limit: int, per_call: int, unit: str) -> str:
+    refused = admitted_calls(limit, per_call) + 1
+    return (
+        f"Actor A's {ordinal(refused)} call gets 429 ({limit} tokens/{unit.lower()}, {per_call} per call); "
+        "actor B still gets 200"
+    )
+
+
+def judge_exhaustion(
+    v: Verdict, caller_calls: Sequence[Call], other_call: Call, caller: str, other: str, limit: int, per_call: int
+) -> None:
+    lines = [f"{short_name(caller)} call {i}: {format_call(c)}" for i, c in enumerate(caller_calls, start=1)]
+    width = max((len(line.split(": ", 1)[0]) + 2 for line in lines), default=0)
+    for line in lines:
+        v.note(line)
+    v.note(f"{short_name(other)}:".ljust(width) + format_call(other_call))
+    _expect_admitted_then_429(v, caller, caller_calls, admitted_calls(limit, per_call), per_call)
+    _expect_ok(v, f"{short_name(other)}'s call after {short_name(caller)} ran out", other_call, per_call)
+
+
+# --- 4 -------------------------------------------------------------------------------------------
+
+
+def blocked(call: Call) -> bool:
+    """No answer from the destination at all, or the egress gateway's 403 deny."""
+    if call.error_stage in ("ingress", "probe-input"):
+        return False  # the probe never tried
+    return call.status is None or call.status == 403
+
+
+def judge_no_egress(
+    v: Verdict, actor: str, by_name: Call, by_ip: Call, service_ip: str, arrived: int, control_arrived: int
+) -> None:
+    who = short_name(actor)
+    v.note(f"{who} calling agent-router by name: {describe_outcome(by_name)}")
+    v.note(f"{who} calling the Service IP {service_ip}: {describe_outcome(by_ip)}")
+    v.note(
+        f"agent-router access log: {arrived} of these 2 requests arrived "
+        f"(control request from outside the sandbox: {control_arrived} arrived)"
+    )
+    for label, call in (("by name", by_name), ("by Service IP", by_ip)):
+        if call.error_stage in ("ingress", "probe-input"):
+            v.expect(False, f"{label}: the probe agent in {who} did not make the call: {describe_outcome(call)}")
+        else:
+            v.expect(
+                blocked(call),
+                f"{label}: {who} got an answer that is not the egress gateway's deny: {describe_outcome(call)}",
+            )
+    v.expect_equal("requests from the actor in the agent-router access log", arrived, 0)
+    v.expect(
+        control_arrived >= 1,
+        "the control request is missing from the agent-router access log, so its absence "
+        "of the actor's requests proves nothing (are the proxy access logs off?)",
+    )
+
+
+# --- 5 -------------------------------------------------------------------------------------------
+
+
+def judge_non_actor(v: Verdict, cases: Mapping[str, Call], before: Mapping[str, int], after: Mapping[str, int]) -> None:
+    for label, call in cases.items():
+        detail = call.headers.get("www-authenticate") or excerpt(call.body, 60) or describe_outcome(call)
+        v.note(f"{label}: {call.status if call.status is not None else describe_outcome(call)} ({detail})")
+        v.expect(call.status == 401, f"{label}: expected HTTP 401, got {describe_outcome(call)}")
+    v.note(f"rate limit counters before/after: {format_counters(before)} / {format_counters(after)}")
+    v.expect(dict(after) == dict(before), "a rejected caller's requests changed the counters")
+
+
+# --- 6 -------------------------------------------------------------------------------------------
+
+
+def judge_streaming(v: Verdict, call: Call, actor: str, before: int, after: int, per_call: int) -> None:
+    v.note(f"request: stream=true, stream_options {'sent' if call.sent_stream_options else 'absent'}")
+    if call.stream_events is not None:
+        v.note(
+            f"stream: {call.stream_events} data events, [DONE] {'seen' if call.stream_done else 'missing'}, "
+            f"usage chunk total_tokens={call.stream_usage_total} (Agent Router asked for it)"
+        )
+    v.note(format_transition(actor, before, after))
+    v.expect(not call.sent_stream_options, "the request asked for usage itself, so the check proves nothing")
+    _expect_ok(v, "the streamed call", call)
+    if v.expect(call.stream_events is not None, "the answer was not an event stream"):
+        v.expect(call.stream_done, "the stream did not end with [DONE]")
+    v.expect_equal(f"{short_name(actor)}'s counter increase", after - before, per_call)
+
+
+# --- 7 -------------------------------------------------------------------------------------------
+
+
+def judge_shared_routes(
+    v: Verdict, calls: Mapping[str, Call], reading: CounterReading, domain: str, per_call: int
+) -> None:
+    for model, call in calls.items():
+        v.note(f"model {model}: {format_call(call)}")
+    v.note(f"{short_name(reading.subject)}: {len(reading.keys)} counter key(s), total {reading.total}")
+    for key, value in reading.keys:
+        v.note(f"  {key} = {value}")
+    for model, call in calls.items():
+        _expect_ok(v, f"the {model} call", call, per_call)
+    v.expect(
+        len(reading.keys) == 1,
+        f"expected one bucket for {short_name(reading.subject)}, found "
+        f"{len(reading.keys)} counter keys (a bucket per route: shared is off?)",
+    )
+    v.expect(
+        all(key.startswith(f"{domain}_") for key, _ in reading.keys),
+        f"expected every counter in the shared domain {domain}",
+    )
+    v.expect_equal(f"{short_name(reading.subject)}'s total", reading.total, per_call * len(calls))
+
+
+# --- 8 -------------------------------------------------------------------------------------------
+
+
+def judge_class(
+    v: Verdict,
+    config_line: str,
+    caller: str,
+    caller_calls: Sequence[Call],
+    member: str,
+    member_calls: Sequence[Call],
+    default_limit: int,
+    class_limit: int,
+    per_call: int,
+) -> None:
+    v.note(config_line)
+    v.note(
+        f"{short_name(member)}: {thousands(class_limit)} tokens admit {admitted_calls(class_limit, per_call)} calls; "
+        f"{short_name(caller)}: {thousands(default_limit)} admit {admitted_calls(default_limit, per_call)}"
+    )
+    for line in run_lines(member, member_calls) + run_lines(caller, caller_calls):
+        v.note(line)
+    _expect_admitted_then_429(v, member, member_calls, admitted_calls(class_limit, per_call), per_call)
+    _expect_admitted_then_429(v, caller, caller_calls, admitted_calls(default_limit, per_call), per_call)

@@ -1,0 +1,115 @@
+"""Names and pinned values of the dev stack: scripts/versions.env plus the Pulumi program's fixed names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+VERSIONS_ENV = ROOT / "scripts" / "versions.env"
+
+_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as scripts/versions.env writes them: comments, blank lines, optional quotes."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if not match:
+            raise ValueError(f"line {number}: expected KEY=VALUE, got {raw!r}")
+        key, value = match.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif value[:1] in ("'", '"'):
+            raise ValueError(f"line {number}: unbalanced quote in {raw!r}")
+        values[key] = value
+    return values
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the checks need to find the dev stack."""
+
+    root: Path = ROOT
+    kube_context: str = "kind-agent-budgets"
+    atespace: str = "agents"
+    demo_actors: tuple[str, ...] = ("actor-a", "actor-b")
+    noegress_actor: str = "actor-noegress"
+    actor_template: str = "probe-agent"
+    probe_image: str = "localhost:5001/agent-budgets-probe:dev"
+    pulumi_stack: str = "dev"
+    pulumi_passphrase: str = "agent-budgets-dev"
+    # Fixed by the Pulumi program.
+    gateway_namespace: str = "envoy-gateway-system"
+    gateway_service: str = "agent-router"
+    gateway_port: int = 80
+    gateway_host: str = "agent-router.envoy-gateway-system.svc.cluster.local"
+    ratelimit_deployment: str = "envoy-ratelimit"
+    policy_namespace: str = "agent-budgets"
+    policy_name: str = "agent-budgets"
+    redis_namespace: str = "agent-budgets-redis"
+    redis_pod: str = "redis-0"
+    redis_secret: str = "redis-auth"
+    redis_secret_key: str = "password"
+    mock_namespace: str = "agent-budgets"
+    mock_service: str = "mock-model"
+    mock_port: int = 8080
+    models: tuple[str, ...] = ("mock-small", "mock-large")
+    tokens_per_call: int = 200
+    default_tokens: int = 500
+    default_per: str = "Day"
+    # Substrate.
+    issuer: str = "https://idp.ate-system.svc"
+    audience: str = "agent-router"
+    substrate_namespace: str = "ate-system"
+    ingress_service: str = "atenet-router"
+    ingress_port: int = 80
+
+    @property
+    def domain(self) -> str:
+        """The rate-limit domain of the shared rules: <policy namespace>/<policy name>."""
+        return f"{self.policy_namespace}/{self.policy_name}"
+
+    @property
+    def kubectl_ate(self) -> Path:
+        return self.root / "build" / "bin" / "kubectl-ate"
+
+    @property
+    def all_actors(self) -> tuple[str, ...]:
+        return (*self.demo_actors, self.noegress_actor)
+
+    def subject(self, actor: str) -> str:
+        """The JWT subject (and x-actor-id value) of an actor of the demo atespace."""
+        return f"actor/{self.atespace}/{actor}"
+
+    def target(self, actor: str) -> str:
+        """The ate-target-actor header value that routes ingress to an actor."""
+        return f"{self.atespace}/{actor}"
+
+
+def settings_from_env(values: dict[str, str], root: Path = ROOT) -> Settings:
+    defaults = Settings(root=root)
+    repo = values.get("PROBE_IMAGE_REPO", "localhost:5001/agent-budgets-probe")
+    tag = values.get("PROBE_IMAGE_TAG", "dev")
+    actors = tuple(values.get("DEMO_ACTORS", " ".join(defaults.demo_actors)).split())
+    return Settings(
+        root=root,
+        kube_context=values.get("KUBE_CONTEXT", defaults.kube_context),
+        atespace=values.get("ATESPACE", defaults.atespace),
+        demo_actors=actors,
+        noegress_actor=values.get("NOEGRESS_ACTOR", defaults.noegress_actor),
+        actor_template=values.get("ACTOR_TEMPLATE", defaults.actor_template),
+        probe_image=f"{repo}:{tag}",
+        pulumi_stack=values.get("PULUMI_STACK", defaults.pulumi_stack),
+        pulumi_passphrase=values.get("PULUMI_DEV_PASSPHRASE", defaults.pulumi_passphrase),
+    )
+
+
+def load_settings(root: Path = ROOT) -> Settings:
+    path = root / "scripts" / "versions.env"
+    return settings_from_env(parse_env_file(path.read_text(encoding="utf-8")), root)

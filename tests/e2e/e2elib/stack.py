@@ -1,0 +1,184 @@
+"""Is there a live dev stack? And changing its budgets for a check (Pulumi config + `pulumi up`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .config import Settings
+from .kube import Kube
+from .runner import Result, Runner, check
+
+# --- is there a live dev stack? ------------------------------------------------------------------
+
+
+def preflight(kube: Kube, settings: Settings, which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """Why the e2e checks cannot run, or None when the dev stack looks reachable."""
+    if which(kube.kubectl) is None:
+        return "kubectl is not installed"
+    if not kube.context_exists():
+        return f"kube context {settings.kube_context} not found"
+    if not kube.api_ready():
+        return f"the API server of {settings.kube_context} does not answer"
+    wanted = (
+        (settings.gateway_namespace, "service", settings.gateway_service, "the model gateway Service"),
+        (settings.substrate_namespace, "service", settings.ingress_service, "Substrate's ingress Service"),
+        (settings.redis_namespace, "pod", settings.redis_pod, "the rate-limit Redis"),
+    )
+    for namespace, kind, name, what in wanted:
+        if not kube.exists(namespace, kind, name):
+            return f"{what} {kind}/{name} in {namespace} not found"
+    if not settings.kubectl_ate.exists():
+        return f"{settings.kubectl_ate.relative_to(settings.root)} is missing"
+    return None
+
+
+def probes_problem(ready: Callable[[str], tuple[bool, str]], actors: Sequence[str]) -> str | None:
+    """None when every actor's probe agent answers through the ingress, else what is wrong."""
+    for actor in actors:
+        ok, detail = ready(actor)
+        if not ok:
+            return f"the probe agent in actor {actor} does not answer through atenet-router ({detail})"
+    return None
+
+
+# --- Pulumi stack config -------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def parse_config_json(text: str) -> Any:
+    """The value from `pulumi config get <key> --json`: {"value": "<json text>", "objectValue": {...},
+    "secret": false} for an object, or the bare value."""
+    doc = json.loads(text)
+    if isinstance(doc, dict) and "secret" in doc and ("value" in doc or "objectValue" in doc):
+        if doc.get("objectValue") is not None:
+            return doc["objectValue"]
+        value = doc.get("value")
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value
+    return doc
+
+
+def _segment(key: str) -> str:
+    if _PLAIN_KEY.match(key):
+        return f".{key}"
+    return "[" + json.dumps(key) + "]"
+
+
+def config_assignments(value: Any, prefix: str) -> list[tuple[str, str]]:
+    """The `pulumi config set --path <path> <value>` pairs that rebuild value under prefix."""
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError(f"{prefix}: an empty object cannot be set with --path")
+        pairs: list[tuple[str, str]] = []
+        for key, item in value.items():
+            pairs += config_assignments(item, prefix + _segment(str(key)))
+        return pairs
+    if isinstance(value, list):
+        if not value:
+            raise ValueError(f"{prefix}: an empty list cannot be set with --path")
+        pairs = []
+        for index, item in enumerate(value):
+            pairs += config_assignments(item, f"{prefix}[{index}]")
+        return pairs
+    if isinstance(value, bool):
+        return [(prefix, "true" if value else "false")]
+    if isinstance(value, int | float | str):
+        return [(prefix, str(value))]
+    raise ValueError(f"{prefix}: cannot set a {type(value).__name__} with --path")
+
+
+def pulumi_env(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    env = dict(environ)
+    env["PULUMI_BACKEND_URL"] = f"file://{settings.root / '.state'}"
+    env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+    if not env.get("PULUMI_CONFIG_PASSPHRASE") and not env.get("PULUMI_CONFIG_PASSPHRASE_FILE"):
+        env["PULUMI_CONFIG_PASSPHRASE"] = settings.pulumi_passphrase  # the dev-only passphrase
+    env["PATH"] = f"{settings.root / 'build' / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # kubectl ate
+    return env
+
+
+class StackConfig:
+    """The dev stack's `agent-budgets:budgets`, through the Pulumi CLI on the local file backend."""
+
+    KEY = "budgets"
+
+    def __init__(self, runner: Runner, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+        self.runner = runner
+        self.settings = settings
+        self.env = pulumi_env(settings, os.environ if environ is None else environ)
+        self.stack_file = settings.root / f"Pulumi.{settings.pulumi_stack}.yaml"
+
+    def pulumi(self, *args: str, timeout: float = 120.0) -> Result:
+        argv = ["pulumi", *args, "--stack", self.settings.pulumi_stack, "--non-interactive"]
+        return self.runner(argv, timeout=timeout, env=self.env, cwd=str(self.settings.root))
+
+    def get_budgets(self) -> Any:
+        return parse_config_json(check(self.pulumi("config", "get", self.KEY, "--json"), "pulumi config get").stdout)
+
+    def set_path(self, path: str, value: str) -> None:
+        check(self.pulumi("config", "set", "--path", path, value), f"pulumi config set --path {path}")
+
+    def add_class(self, original: Mapping[str, Any], budget_class: Mapping[str, Any]) -> None:
+        """Appends a class with `pulumi config set --path budgets.classes[<n>]...` leaves."""
+        index = len(original.get("classes") or [])
+        for path, value in config_assignments(dict(budget_class), f"{self.KEY}.classes[{index}]"):
+            self.set_path(path, value)
+
+    def set_budgets(self, value: Mapping[str, Any]) -> None:
+        """Replaces the whole key: `pulumi config rm`, then one `set --path` per leaf."""
+        check(self.pulumi("config", "rm", self.KEY), "pulumi config rm")
+        for path, leaf in config_assignments(dict(value), self.KEY):
+            self.set_path(path, leaf)
+
+    def snapshot(self) -> bytes | None:
+        return self.stack_file.read_bytes() if self.stack_file.exists() else None
+
+    def restore(self, original: Any, snapshot: bytes | None) -> None:
+        """Puts the saved value back: the stack file byte for byte when there is one (comments and
+        all), else leaf by leaf; then checks that `pulumi config get` gives the saved value."""
+        if snapshot is not None:
+            self.stack_file.write_bytes(snapshot)
+        if self.get_budgets() == original:
+            return
+        self.set_budgets(original)
+        now = self.get_budgets()
+        if now != original:
+            raise RuntimeError(
+                "could not restore agent-budgets:budgets; set it back by hand to "
+                f"{json.dumps(original)} (it is {json.dumps(now)})"
+            )
+
+    def up(self) -> None:
+        check(self.pulumi("up", "--yes", "--skip-preview", timeout=1800.0), "pulumi up")
+
+
+@contextmanager
+def budget_class(
+    stack: StackConfig, budget_class: Mapping[str, Any], settle: Callable[[], None], log: Callable[[str], None] = print
+) -> Iterator[Any]:
+    """Adds a budget class through stack config and `pulumi up`; restores the original config and runs
+    `pulumi up` again afterwards, also when the body fails. Yields the original budgets value."""
+    original = stack.get_budgets()
+    snapshot = stack.snapshot()
+    log(f"stack config: adding budgets class {json.dumps(dict(budget_class))}; pulumi up")
+    try:
+        stack.add_class(original, budget_class)
+        stack.up()
+        settle()
+        yield original
+    finally:
+        log("stack config: restoring agent-budgets:budgets; pulumi up")
+        stack.restore(original, snapshot)
+        stack.up()
+        settle()

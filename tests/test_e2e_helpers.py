@@ -1,0 +1,1676 @@
+"""Unit tests for the helpers of the end-to-end checks (tests/e2e/e2elib): counter reading and summing,
+key patterns, evidence formatting, pass/fail logic, Pulumi config changes, preflight. A fake command
+runner stands in for kubectl, kubectl-ate and pulumi; nothing here needs a cluster."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import tests.e2e.test_e2e_01_metering as check_1
+import tests.e2e.test_e2e_02_spoofing as check_2
+import tests.e2e.test_e2e_03_exhaustion as check_3
+import tests.e2e.test_e2e_04_no_egress_rule as check_4
+import tests.e2e.test_e2e_05_non_actor as check_5
+import tests.e2e.test_e2e_06_streaming as check_6
+import tests.e2e.test_e2e_07_shared_routes as check_7
+import tests.e2e.test_e2e_08_budget_class as check_8
+from tests.e2e import bench_latency
+from tests.e2e.e2elib import checks, counters, evidence, kube, stack, stats, tokens
+from tests.e2e.e2elib.checks import TITLES, admitted_calls, judge_metering
+from tests.e2e.e2elib.config import Settings, load_settings, parse_env_file, settings_from_env
+from tests.e2e.e2elib.counters import CounterError, CounterReading, Counters, key_pattern, parse_script_output
+from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, live_env
+from tests.e2e.e2elib.httpcall import HttpReply, http_request
+from tests.e2e.e2elib.portforward import PortForward, parse_forward_port
+from tests.e2e.e2elib.probe import Call, ProbeClient, parse_probe_reply
+from tests.e2e.e2elib.runner import CommandError, Result, SubprocessRunner, check
+from tests.e2e.e2elib.verdict import Verdict, reporting
+
+A, B = "actor/agents/actor-a", "actor/agents/actor-b"
+PASSWORD = "s3cret-redis-password"
+SETTINGS = Settings()
+
+
+# --- a fake command runner ---------------------------------------------------------------------------
+
+
+class FakeRunner:
+    """Records every command; answers through handler(argv, input) -> Result | (rc, stdout[, stderr])."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.calls = []
+
+    def __call__(self, argv, *, input=None, timeout=60.0, env=None, cwd=None):
+        argv = list(argv)
+        self.calls.append({"argv": argv, "input": input, "env": env, "cwd": cwd, "timeout": timeout})
+        answer = self.handler(argv, input)
+        if isinstance(answer, Result):
+            return answer
+        rc, out, *err = answer
+        return Result(tuple(argv), rc, out, err[0] if err else "")
+
+
+def redis_glob(pattern):
+    """Redis SCAN glob -> regex (*, ?, [..] and backslash escapes), to check the patterns we build."""
+    out, i = "", 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            out += re.escape(pattern[i + 1])
+            i += 2
+            continue
+        out += {"*": ".*", "?": "."}.get(char, re.escape(char))
+        i += 1
+    return re.compile(out + r"\Z", re.DOTALL)
+
+
+class FakeRedis:
+    """kubectl for the counter helpers: the redis-auth Secret and `kubectl exec redis-0 -- sh -c SCRIPT`."""
+
+    def __init__(self, keys, password=PASSWORD):
+        self.keys = dict(keys)
+        self.password = password
+        self.secret_reads = 0
+
+    def __call__(self, argv, stdin):
+        if "secret" in argv:
+            self.secret_reads += 1
+            return 0, base64.b64encode(self.password.encode()).decode()
+        assert "exec" in argv, argv
+        assert stdin == self.password + "\n", "the password goes to redis-cli on stdin"
+        script_at = argv.index("-c")
+        assert argv[script_at + 1] == counters.SCRIPT and argv[script_at + 2] == "sh"
+        mode, patterns = argv[script_at + 3], argv[script_at + 4 :]
+        lines = []
+        for index, pattern in enumerate(patterns):
+            regex = redis_glob(pattern)
+            for key in [k for k in self.keys if regex.match(k)]:
+                if mode == "del":
+                    del self.keys[key]
+                    lines.append(f"{index}\t{key}\t1")
+                else:
+                    lines.append(f"{index}\t{key}\t{self.keys[key]}")
+        return 0, "\n".join(lines) + "\n"
+
+
+def key(subject, rule=0, window=1767225600, extra=""):
+    domain = "agent-budgets/agent-budgets"
+    return f"{domain}_{domain}/rule/{rule}_{domain}/rule/{rule}_rule-{rule}-match-0_{subject}_{extra}{window}"
+
+
+def make_counters(keys, **kwargs):
+    redis = FakeRedis(keys)
+    runner = FakeRunner(redis)
+    return (
+        Counters(
+            kube.Kube(runner, "kind-agent-budgets"),
+            "agent-budgets-redis",
+            "redis-0",
+            "redis-auth",
+            "password",
+            **kwargs,
+        ),
+        runner,
+        redis,
+    )
+
+
+def ok_call(tokens_=200, remaining="500", **kwargs):
+    return Call(status=200, reason="OK", total_tokens=tokens_, remaining=remaining, credential="provider-key", **kwargs)
+
+
+REFUSED = Call(status=429, reason="Too Many Requests", remaining="0")
+
+
+# --- config ------------------------------------------------------------------------------------------
+
+
+def test_parse_env_file_handles_quotes_and_comments():
+    text = '# c\n\nA=1\nB=\'{"name":"k8s.io"}\'\nC="x y"\nD=\n'
+    assert parse_env_file(text) == {"A": "1", "B": '{"name":"k8s.io"}', "C": "x y", "D": ""}
+    with pytest.raises(ValueError, match="line 1"):
+        parse_env_file("not a line")
+    with pytest.raises(ValueError, match="unbalanced"):
+        parse_env_file("A='x")
+
+
+def test_versions_env_gives_the_fixed_names():
+    settings = load_settings()
+    assert settings.kube_context == "kind-agent-budgets"
+    assert settings.demo_actors == ("actor-a", "actor-b") and settings.noegress_actor == "actor-noegress"
+    assert settings.probe_image == "localhost:5001/agent-budgets-probe:dev"
+    assert (settings.pulumi_stack, settings.pulumi_passphrase) == ("dev", "agent-budgets-dev")
+    values = parse_env_file((settings.root / "scripts" / "versions.env").read_text())
+    assert values["SUBSTRATE_REF"] and values["SUBSTRATE_REPO"].startswith("https://github.com/agent-substrate/")
+    assert json.loads(values["SUBSTRATE_CREDENTIAL_PROVIDER"]) == {"name": "k8s.io"}
+    assert (values["KIND_CLUSTER"], values["REGISTRY_NAME"], values["REGISTRY_PORT"]) == (
+        "agent-budgets",
+        "kind-registry",
+        "5001",
+    )
+
+
+def test_settings_names():
+    s = settings_from_env({"DEMO_ACTORS": "x y z", "ATESPACE": "team"})
+    assert s.demo_actors == ("x", "y", "z") and s.all_actors == ("x", "y", "z", "actor-noegress")
+    assert (s.subject("x"), s.target("x")) == ("actor/team/x", "team/x")
+    assert SETTINGS.domain == "agent-budgets/agent-budgets"
+    assert SETTINGS.kubectl_ate == SETTINGS.root / "build" / "bin" / "kubectl-ate"
+
+
+# --- counters ------------------------------------------------------------------------------------------
+
+
+def test_key_pattern_is_the_subject_between_underscores():
+    assert key_pattern(A) == "*_actor/agents/actor-a_*"
+    assert key_pattern("actor/a[1]/b*?\\") == "*_actor/a\\[1\\]/b\\*\\?\\\\_*"
+    assert redis_glob(key_pattern("actor/a[1]/b")).match("d_actor/a[1]/b_1")
+    assert not redis_glob(key_pattern("actor/a[1]/b")).match("d_actor/a1/b_1")
+    for bad in ("", "a\nb"):
+        with pytest.raises(ValueError):
+            key_pattern(bad)
+
+
+def test_parse_script_output_groups_and_sums():
+    text = "0\tk1\t200\n1\tk2\t\n0\tk0\t5\nnoise line\n0\tk1\t200\nWarning: x\n"
+    assert parse_script_output(text, 2) == [[("k0", 5), ("k1", 200)], [("k2", 0)]]
+    assert parse_script_output("", 3) == [[], [], []]
+    with pytest.raises(CounterError, match="not an integer"):
+        parse_script_output("0\tk\tWRONGTYPE\n", 1)
+    with pytest.raises(CounterError, match="pattern 2"):
+        parse_script_output("2\tk\t1\n", 1)
+
+
+def test_read_sums_each_actors_keys_and_nobody_elses():
+    keys = {
+        key(A): "200",
+        key(A, rule=1): "150",
+        key(A, window=1767312000): "7",
+        key(B): "400",
+        key("actor/agents/actor-ab"): "999",  # actor-a's name is a prefix of this one
+        "unrelated_key": "5",
+    }
+    reader, runner, redis = make_counters(keys)
+    readings = reader.read([A, B])
+    assert readings[A].total == 357 and len(readings[A].keys) == 3
+    assert readings[B] == CounterReading(B, ((key(B), 400),))
+    assert reader.totals([A, "actor/agents/nobody"]) == {A: 357, "actor/agents/nobody": 0}
+    assert redis.secret_reads == 1  # read once, then cached
+    exec_calls = [c for c in runner.calls if "exec" in c["argv"]]
+    assert exec_calls[0]["argv"][:8] == [
+        "kubectl",
+        "--context",
+        "kind-agent-budgets",
+        "-n",
+        "agent-budgets-redis",
+        "exec",
+        "-i",
+        "redis-0",
+    ]
+    assert all(PASSWORD not in " ".join(c["argv"]) for c in runner.calls)
+
+
+def test_clear_deletes_only_the_given_actors():
+    reader, _, redis = make_counters({key(A): "200", key(A, rule=1): "5", key(B): "400"})
+    assert reader.clear([A]) == 2
+    assert list(redis.keys) == [key(B)]
+    assert reader.clear([A]) == 0
+
+
+def test_read_errors_are_counter_errors():
+    failing = FakeRunner(lambda argv, stdin: (0, "cGFzcw==") if "secret" in argv else (3, "", "NOAUTH"))
+    reader = Counters(kube.Kube(failing, "ctx"), "ns", "redis-0", "redis-auth", "password")
+    with pytest.raises(CounterError, match="NOAUTH"):
+        reader.read([A])
+    no_secret = FakeRunner(lambda argv, stdin: (1, "", 'secrets "redis-auth" not found'))
+    reader = Counters(kube.Kube(no_secret, "ctx"), "ns", "redis-0", "redis-auth", "password")
+    with pytest.raises(CounterError, match="Redis password"):
+        reader.read([A])
+
+
+def test_wait_for_polls_until_the_charge_lands():
+    reads = iter(["0", "0", "200", "200"])
+    state = {}
+
+    def handler(argv, stdin):
+        if "secret" in argv:
+            return 0, base64.b64encode(b"p").decode()
+        state["value"] = next(reads)
+        return 0, f"0\t{key(A)}\t{state['value']}\n"
+
+    now = [0.0]
+    reader = Counters(
+        kube.Kube(FakeRunner(handler), "ctx"),
+        "ns",
+        "redis-0",
+        "s",
+        "k",
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        clock=lambda: now[0],
+    )
+    assert reader.wait_for({A: 200}, timeout=5, interval=0.25) == {A: 200}
+    assert now[0] == 0.5
+
+
+def test_wait_for_gives_up_with_the_last_totals():
+    now = [0.0]
+    reader, _, _ = make_counters({key(A): "200"}, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+    assert reader.wait_for({A: 400}, timeout=2, interval=0.5) == {A: 200}
+    assert now[0] == 2.0
+
+
+# --- evidence and verdicts --------------------------------------------------------------------------
+
+
+def test_evidence_formats_match_the_write_up():
+    assert evidence.format_counters({A: 200, B: 200}) == "actor-a=200 actor-b=200"
+    assert evidence.format_call(Call(status=200, total_tokens=200, remaining="100")) == (
+        '{"status":200,"total_tokens":200,"remaining":"100"}'
+    )
+    assert evidence.format_call(REFUSED) == '{"status":429,"total_tokens":null,"remaining":"0"}'
+    assert evidence.format_transition(A, 200, 400) == "actor-a counter 200 -> 400"
+    assert evidence.short_name("plain") == "plain"
+    assert evidence.excerpt("a\n b   c", 80) == "a b c"
+    assert evidence.excerpt("x" * 100, 10) == "x" * 9 + "…"
+    assert evidence.thousands(5000) == "5,000"
+
+
+@pytest.mark.parametrize(
+    ("call", "text"),
+    [
+        (
+            Call(error_stage="dns", error_type="gaierror", error="[Errno -2] Name or service not known"),
+            "the name does not resolve (gaierror: [Errno -2] Name or service not known)",
+        ),
+        (
+            Call(error_stage="receive", error_type="ConnectionResetError", error="reset by peer"),
+            "the connection is reset or closed with no answer (ConnectionResetError: reset by peer)",
+        ),
+        (
+            Call(error_stage="connect", error_type="ConnectionRefusedError", error="refused"),
+            "the connection is refused or fails (ConnectionRefusedError: refused)",
+        ),
+        (
+            Call(error_stage="timeout", error_type="TimeoutError", error="timed out"),
+            "no answer before the timeout (TimeoutError: timed out)",
+        ),
+        (
+            Call(error_stage="ingress", error="atenet-router answered 503: no healthy upstream"),
+            "the probe agent could not be reached: atenet-router answered 503: no healthy upstream",
+        ),
+        (
+            Call(status=403, reason="Forbidden", body="EgressPolicy not found"),
+            "HTTP 403 Forbidden: EgressPolicy not found",
+        ),
+        (Call(status=401, body=""), "HTTP 401"),
+        (Call(), "no answer"),
+    ],
+)
+def test_describe_outcome(call, text):
+    assert evidence.describe_outcome(call) == text
+
+
+def test_verdict_renders_pass_and_fail():
+    verdict = Verdict(1, "Title")
+    verdict.note("rate limit counters: actor-a=200 actor-b=200")
+    assert verdict.expect_equal("x", 1, 1) and verdict.passed
+    assert verdict.render() == "[PASS] 1. Title\n       rate limit counters: actor-a=200 actor-b=200"
+    assert not verdict.expect_equal("actor-a's counter", 0, 200)
+    assert not verdict.expect(False, "second")
+    assert verdict.render().splitlines() == [
+        "[FAIL] 1. Title",
+        "       rate limit counters: actor-a=200 actor-b=200",
+        "       why: actor-a's counter: expected 200, got 0",
+        "       why: second",
+    ]
+    assert verdict.failure_message() == "check 1 failed: actor-a's counter: expected 200, got 0; second"
+
+
+# --- pass/fail logic ------------------------------------------------------------------------------------
+
+
+def test_admitted_calls_and_titles():
+    assert [admitted_calls(n, 200) for n in (0, 199, 200, 400, 500, 5000)] == [1, 1, 2, 3, 3, 26]
+    with pytest.raises(ValueError):
+        admitted_calls(500, 0)
+    assert [checks.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 27)] == [
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "27th",
+    ]
+    assert checks.exhaustion_title(500, 200, "Day") == TITLES[3]
+    assert sorted(TITLES) == list(range(1, 9))
+
+
+def test_check_1_metering():
+    verdict = Verdict(1, TITLES[1])
+    judge_metering(verdict, {A: ok_call(), B: ok_call()}, {A: 200, B: 200}, 200)
+    assert verdict.passed
+    assert verdict.evidence == [
+        "rate limit counters: actor-a=200 actor-b=200",
+        "credential the model received: actor-a=provider-key actor-b=provider-key",
+    ]
+    leaked = Verdict(1, "")
+    judge_metering(
+        leaked, {A: ok_call(), B: Call(status=200, total_tokens=200, credential="jwt")}, {A: 200, B: 200}, 200
+    )
+    assert leaked.failures == ["the model received actor-b's actor JWT instead of the provider key"]
+    unmetered = Verdict(1, "")
+    judge_metering(unmetered, {A: ok_call(), B: Call(status=500, body="boom")}, {A: 200, B: 0}, 200)
+    assert "actor-b's call: expected HTTP 200, got HTTP 500: boom" in unmetered.failures
+    assert "actor-b's counter: expected 200, got 0" in unmetered.failures
+
+
+def test_check_2_spoofing():
+    verdict = Verdict(2, TITLES[2])
+    spoof = ok_call(upstream_actor_id=A)
+    checks.judge_spoofing(verdict, spoof, A, B, {A: 200, B: 200}, {A: 400, B: 200}, 200)
+    assert verdict.passed
+    assert verdict.evidence == [
+        "actor-a sent x-actor-id: actor/agents/actor-b",
+        "upstream saw x-actor-id: actor/agents/actor-a",
+        "actor-a counter 200 -> 400; actor-b counter 200 -> 200",
+    ]
+    fooled = Verdict(2, "")
+    checks.judge_spoofing(fooled, ok_call(upstream_actor_id=B), A, B, {A: 200, B: 200}, {A: 200, B: 400}, 200)
+    assert fooled.failures == [
+        "x-actor-id the model saw: expected 'actor/agents/actor-a', got 'actor/agents/actor-b'",
+        "actor-a's counter increase: expected 200, got 0",
+        "actor-b's counter increase: expected 0, got 200",
+    ]
+
+
+def test_check_3_exhaustion():
+    calls = [
+        ok_call(remaining="500"),
+        ok_call(remaining="300"),
+        ok_call(remaining="100"),
+        Call(status=429, remaining="0"),
+    ]
+    verdict = Verdict(3, TITLES[3])
+    checks.judge_exhaustion(verdict, calls, ok_call(remaining="300"), A, B, 500, 200)
+    assert verdict.passed
+    assert verdict.evidence[2:] == [
+        'actor-a call 3: {"status":200,"total_tokens":200,"remaining":"100"}',
+        'actor-a call 4: {"status":429,"total_tokens":null,"remaining":"0"}',
+        'actor-b:        {"status":200,"total_tokens":200,"remaining":"300"}',
+    ]
+    not_refused = Verdict(3, "")
+    checks.judge_exhaustion(not_refused, [*calls[:3], ok_call()], REFUSED, A, B, 500, 200)
+    assert not_refused.failures == [
+        "actor-a call 4: expected HTTP 429, got HTTP 200 OK",
+        "actor-b's call after actor-a ran out: expected HTTP 200, got HTTP 429 Too Many Requests",
+    ]
+    too_early = Verdict(3, "")
+    checks.judge_exhaustion(too_early, [*calls[:2], REFUSED], ok_call(), A, B, 500, 200)
+    assert too_early.failures == ["actor-a: expected 4 calls, made 3"]
+
+
+def test_check_4_no_egress_rule():
+    dns = Call(error_stage="dns", error_type="gaierror", error="Name or service not known")
+    reset = Call(error_stage="receive", error_type="ConnectionResetError", error="reset")
+    verdict = Verdict(4, TITLES[4])
+    checks.judge_no_egress(verdict, "actor/agents/actor-noegress", dns, reset, "10.96.0.10", 0, 1)
+    assert verdict.passed
+    assert verdict.evidence == [
+        "actor-noegress calling agent-router by name: the name does not resolve (gaierror: Name or service not known)",
+        "actor-noegress calling the Service IP 10.96.0.10: the connection is reset or closed with no answer "
+        "(ConnectionResetError: reset)",
+        "agent-router access log: 0 of these 2 requests arrived (control request from outside the sandbox: 1 arrived)",
+    ]
+    denied = Verdict(4, "")
+    checks.judge_no_egress(denied, "n", Call(status=403, body="EgressPolicy not found"), dns, "ip", 0, 2)
+    assert denied.passed
+    reached = Verdict(4, "")
+    checks.judge_no_egress(reached, "n", Call(status=401, body="Jwt is missing"), dns, "ip", 1, 1)
+    assert reached.failures == [
+        "by name: n got an answer that is not the egress gateway's deny: HTTP 401: Jwt is missing",
+        "requests from the actor in the agent-router access log: expected 0, got 1",
+    ]
+    blind = Verdict(4, "")
+    checks.judge_no_egress(blind, "n", dns, Call(error_stage="ingress", error="503"), "ip", 0, 0)
+    assert len(blind.failures) == 2 and "did not make the call" in blind.failures[0]
+    assert "control request is missing" in blind.failures[1]
+
+
+def test_check_5_non_actor():
+    cases = {
+        "no token": Call(status=401, body="Jwt is missing", headers={"www-authenticate": 'Bearer realm="x"'}),
+        "forged JWT": Call(status=401, body="Jwt verification fails"),
+    }
+    verdict = Verdict(5, TITLES[5])
+    checks.judge_non_actor(verdict, cases, {A: 0}, {A: 0})
+    assert verdict.passed
+    assert verdict.evidence == [
+        'no token: 401 (Bearer realm="x")',
+        "forged JWT: 401 (Jwt verification fails)",
+        "rate limit counters before/after: actor-a=0 / actor-a=0",
+    ]
+    let_in = Verdict(5, "")
+    checks.judge_non_actor(let_in, {"bare x-actor-id": ok_call()}, {A: 0}, {A: 200})
+    assert let_in.failures == [
+        "bare x-actor-id: expected HTTP 401, got HTTP 200 OK",
+        "a rejected caller's requests changed the counters",
+    ]
+
+
+def test_check_6_streaming():
+    streamed = ok_call(stream_events=14, stream_done=True, stream_usage_total=200)
+    verdict = Verdict(6, TITLES[6])
+    checks.judge_streaming(verdict, streamed, A, 0, 200, 200)
+    assert verdict.passed
+    assert verdict.evidence == [
+        "request: stream=true, stream_options absent",
+        "stream: 14 data events, [DONE] seen, usage chunk total_tokens=200 (Agent Router asked for it)",
+        "actor-a counter 0 -> 200",
+    ]
+    asked = Verdict(6, "")
+    checks.judge_streaming(asked, ok_call(stream_events=3, stream_done=True, sent_stream_options=True), A, 0, 200, 200)
+    assert asked.failures == ["the request asked for usage itself, so the check proves nothing"]
+    uncharged = Verdict(6, "")
+    checks.judge_streaming(uncharged, ok_call(), A, 0, 0, 200)
+    assert uncharged.failures == [
+        "the answer was not an event stream",
+        "actor-a's counter increase: expected 200, got 0",
+    ]
+
+
+def test_check_7_shared_routes():
+    calls = {"mock-small": ok_call(remaining="500"), "mock-large": ok_call(remaining="300")}
+    verdict = Verdict(7, TITLES[7])
+    checks.judge_shared_routes(verdict, calls, CounterReading(A, ((key(A), 400),)), SETTINGS.domain, 200)
+    assert verdict.passed
+    assert verdict.evidence[2] == "actor-a: 1 counter key(s), total 400"
+    per_route = Verdict(7, "")
+    route_keys = (
+        ("gw/listener_route-a_actor/agents/actor-a_1", 200),
+        ("gw/listener_route-b_actor/agents/actor-a_1", 200),
+    )
+    checks.judge_shared_routes(per_route, calls, CounterReading(A, route_keys), SETTINGS.domain, 200)
+    assert per_route.failures == [
+        "expected one bucket for actor-a, found 2 counter keys (a bucket per route: shared is off?)",
+        "expected every counter in the shared domain agent-budgets/agent-budgets",
+    ]
+
+
+def test_check_8_budget_class_and_run_lines():
+    member = [ok_call() for _ in range(26)] + [REFUSED]
+    caller = [ok_call(), ok_call(), ok_call(), REFUSED]
+    verdict = Verdict(8, TITLES[8])
+    checks.judge_class(verdict, "class large", A, caller, B, member, 500, 5000, 200)
+    assert verdict.passed
+    assert verdict.evidence[:5] == [
+        "class large",
+        "actor-b: 5,000 tokens admit 26 calls; actor-a: 500 admit 3",
+        'actor-b call 1: {"status":200,"total_tokens":200,"remaining":"500"}',
+        "actor-b calls 2-25: status 200",
+        'actor-b call 26: {"status":200,"total_tokens":200,"remaining":"500"}',
+    ]
+    held_to_default = Verdict(8, "")
+    checks.judge_class(held_to_default, "c", A, caller, B, caller + [REFUSED] * 23, 500, 5000, 200)
+    assert "actor-b call 4: expected HTTP 200, got HTTP 429 Too Many Requests" in held_to_default.failures
+    assert checks.run_lines(A, [ok_call()]) == ['actor-a call 1: {"status":200,"total_tokens":200,"remaining":"500"}']
+
+
+def test_call_from_reply():
+    assert checks.call_from_reply(HttpReply(None, error="ConnectionRefusedError: x")).error_stage == "connect"
+    reply = checks.call_from_reply(HttpReply(401, {"x-ratelimit-remaining": "3"}, "Jwt is missing"))
+    assert (reply.status, reply.remaining, reply.body) == (401, "3", "Jwt is missing")
+
+
+# --- reading the probe's answers ---------------------------------------------------------------------------
+
+
+def probe_answer(**overrides):
+    answer = {
+        "ok": True,
+        "request": {"url": "u", "headers": {}, "body": {"model": "mock-small", "messages": []}},
+        "status": 200,
+        "reason": "OK",
+        "headers": {"X-RateLimit-Remaining": "300", "x-mock-authorization": "provider-key"},
+        "body": "{}",
+        "json": {
+            "usage": {"total_tokens": 200},
+            "mock_received": {"credential": {"authorization": "provider-key"}, "x_actor_id": A},
+        },
+        "stream": None,
+        "elapsed_ms": 3.5,
+    }
+    answer.update(overrides)
+    return json.dumps(answer)
+
+
+def test_parse_probe_reply():
+    call = parse_probe_reply(200, probe_answer())
+    assert (call.status, call.total_tokens, call.remaining, call.credential, call.upstream_actor_id) == (
+        200,
+        200,
+        "300",
+        "provider-key",
+        A,
+    )
+    stream = {
+        "events": 9,
+        "done": True,
+        "usage": {"total_tokens": 200},
+        "mock_received": {"credential": {"authorization": "jwt"}, "x_actor_id": None},
+    }
+    streamed = parse_probe_reply(200, probe_answer(json=None, stream=stream, headers={}))
+    assert (streamed.total_tokens, streamed.stream_events, streamed.stream_done, streamed.credential) == (
+        200,
+        9,
+        True,
+        "jwt",
+    )
+    refused = parse_probe_reply(
+        200, probe_answer(status=429, json=None, body="", headers={"x-ratelimit-remaining": "0"})
+    )
+    assert refused.summary() == {"status": 429, "total_tokens": None, "remaining": "0"}
+    failed = parse_probe_reply(
+        502, json.dumps({"ok": False, "error": {"stage": "dns", "type": "gaierror", "message": "m"}})
+    )
+    assert (failed.status, failed.error_stage, failed.error_type) == (None, "dns", "gaierror")
+    bad = parse_probe_reply(400, json.dumps({"ok": False, "error": {"stage": "input", "message": "x"}}))
+    assert bad.error_stage == "probe-input"
+    ingress = parse_probe_reply(503, "upstream connect error")
+    assert ingress.error_stage == "ingress" and "503" in ingress.error
+
+
+def test_probe_client_routes_by_actor():
+    sent = []
+
+    def requester(port, method, path, headers=None, body=None, timeout=0):
+        sent.append((port, method, path, headers, body, timeout))
+        if path == "/readyz":
+            return HttpReply(503, body="no healthy upstream")
+        if path == "/bench":
+            return HttpReply(200, body=json.dumps({"latencies_ms": [1.0], "statuses": {"200": 1}, "errors": 0}))
+        return HttpReply(200, body=probe_answer())
+
+    ports = iter([4001, 4002, 4003])
+    client = ProbeClient(lambda: next(ports), SETTINGS.target, requester)
+    assert client.call("actor-a", stream=True, timeout=5).status == 200
+    assert client.ready("actor-b") == (False, "HTTP 503: no healthy upstream")
+    assert client.bench("actor-a", 1, model="m")["errors"] == 0
+    # the probe gets its own upstream timeout; the request to it waits 30 s longer
+    assert sent[0] == (
+        4001,
+        "POST",
+        "/call",
+        {"ate-target-actor": "agents/actor-a"},
+        {"stream": True, "timeout": 5},
+        35.0,
+    )
+    assert sent[1][3] == {"ate-target-actor": "agents/actor-b"}
+    assert sent[2][4] == {"count": 1, "model": "m"}
+    direct = ProbeClient(9, None, lambda *a, **k: HttpReply(None, error="ConnectionRefusedError: x"))
+    assert direct.call(None).error_stage == "ingress"
+    with pytest.raises(RuntimeError, match="bench request failed"):
+        direct.bench(None, 1)
+
+
+# --- kubectl / kubectl-ate helpers ------------------------------------------------------------------------
+
+
+def test_kube_pure_helpers():
+    assert kube.selector_string({"b": "2", "a": "1"}) == "a=1,b=2"
+    with pytest.raises(ValueError):
+        kube.selector_string({})
+    log = '{"x-envoy-origin-path":"/v1/chat/completions?e2e-marker=m1"}\n{"path":"/other"}\nm1 again\n'
+    assert kube.count_marker(log, "m1") == 2 and kube.count_marker(log, "m2") == 0
+    accepted = {
+        "metadata": {"generation": 3},
+        "status": {"ancestors": [{"conditions": [{"type": "Accepted", "status": "True", "observedGeneration": 3}]}]},
+    }
+    assert kube.policy_is_accepted(accepted)
+    stale = json.loads(json.dumps(accepted))
+    stale["status"]["ancestors"][0]["conditions"][0]["observedGeneration"] = 2
+    rejected = json.loads(json.dumps(accepted))
+    rejected["status"]["ancestors"][0]["conditions"][0]["status"] = "False"
+    assert not kube.policy_is_accepted(stale) and not kube.policy_is_accepted(rejected)
+    assert not kube.policy_is_accepted({"metadata": {}, "status": {}})
+    assert kube.actor_state_from_json({"status": "STATUS_RUNNING"}) == "RUNNING"
+    assert kube.actor_state_from_json({"status": {"state": "ACTOR_STATE_SUSPENDED"}}) == "SUSPENDED"
+    assert kube.actor_state_from_json([]) == "UNKNOWN"
+
+
+def test_kube_commands():
+    def handler(argv, stdin):
+        if argv[1:4] == ["config", "get-contexts", "-o"]:
+            return 0, "kind-other\nkind-agent-budgets\n"
+        if "secret" in argv:
+            return 0, base64.b64encode(b"pw").decode()
+        if "service" in argv:
+            return 0, json.dumps({"spec": {"clusterIP": "10.96.1.2", "selector": {"app": "envoy"}}})
+        return 1, "", "boom"
+
+    runner = FakeRunner(handler)
+    k = kube.Kube(runner, "kind-agent-budgets")
+    assert k.context_exists() and not kube.Kube(runner, "kind-missing").context_exists()
+    assert k.secret_value("ns", "redis-auth", "password") == "pw"
+    assert k.cluster_ip("ns", "agent-router") == "10.96.1.2"
+    assert k.service_pods_selector("ns", "agent-router") == "app=envoy"
+    assert runner.calls[2]["argv"][:3] == ["kubectl", "--context", "kind-agent-budgets"]
+    with pytest.raises(CommandError, match="boom"):
+        k.logs("ns", "app=envoy", "envoy")
+
+
+def test_ate_ensure_running():
+    states = {"actor-x": None}
+    commands = []
+
+    def handler(argv, stdin):
+        verb, actor = argv[3], argv[5]
+        commands.append((verb, actor))
+        if verb == "get":
+            state = states[actor]
+            if state is None:
+                return 1, "", f'rpc error: code = NotFound desc = actor "{actor}" not found'
+            return 0, json.dumps({"status": {"state": f"ACTOR_STATE_{state}"}})
+        if verb == "create":
+            states[actor] = "SUSPENDED"
+        if verb == "resume":
+            states[actor] = "RUNNING"
+        return 0, "{}"
+
+    ate = kube.Ate(FakeRunner(handler), "build/bin/kubectl-ate", "ctx", "agents")
+    assert ate.ensure_running("actor-x", "probe-agent", sleep=lambda s: None) == "created and resumed"
+    assert [c[0] for c in commands] == ["get", "create", "resume", "get"]
+    assert ate.ensure_running("actor-x", "probe-agent") == "running"
+    states["actor-x"] = "SUSPENDED"
+    assert ate.ensure_running("actor-x", "probe-agent") == "resumed"
+    broken = kube.Ate(FakeRunner(lambda argv, stdin: (1, "", "connection refused")), "k", "ctx", "agents")
+    with pytest.raises(RuntimeError, match="connection refused"):
+        broken.actor_state("actor-x")
+
+
+def test_ate_ensure_running_times_out():
+    stuck = FakeRunner(lambda argv, stdin: (0, json.dumps({"status": "STATUS_RESUMING"})))
+    now = [0.0]
+    ate = kube.Ate(stuck, "k", "ctx", "agents")
+    with pytest.raises(TimeoutError, match="RUNNING"):
+        ate.ensure_running("a", "t", timeout=10, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+
+
+def test_ate_has_egress_policy():
+    answers = iter(
+        [(0, ""), (0, json.dumps({"metadata": {}, "rules": [{"http": {}}]})), (0, json.dumps({"rules": []}))]
+    )
+    ate = kube.Ate(FakeRunner(lambda argv, stdin: next(answers)), "k", "ctx", "agents")
+    assert [ate.has_egress_policy("a") for _ in range(3)] == [False, True, False]
+
+
+# --- preflight and the Pulumi stack config --------------------------------------------------------------
+
+
+def preflight_runner(missing=None):
+    def handler(argv, stdin):
+        if argv[1:3] == ["config", "get-contexts"]:
+            return (0, "kind-agent-budgets\n") if missing != "context" else (0, "kind-kind\n")
+        if "/readyz" in argv:
+            return (0, "ok") if missing != "api" else (1, "", "connection refused")
+        name = argv[argv.index("get") + 2]
+        return (1, "", "NotFound") if name == missing else (0, f"x/{name}")
+
+    return FakeRunner(handler)
+
+
+@pytest.mark.parametrize(
+    ("missing", "reason"),
+    [
+        ("context", "kube context kind-agent-budgets not found"),
+        ("api", "the API server of kind-agent-budgets does not answer"),
+        ("agent-router", "the model gateway Service service/agent-router in envoy-gateway-system not found"),
+        ("atenet-router", "Substrate's ingress Service service/atenet-router in ate-system not found"),
+        ("redis-0", "the rate-limit Redis pod/redis-0 in agent-budgets-redis not found"),
+    ],
+)
+def test_preflight_names_what_is_missing(missing, reason):
+    k = kube.Kube(preflight_runner(missing), "kind-agent-budgets")
+    assert stack.preflight(k, SETTINGS, which=lambda name: "/usr/bin/kubectl") == reason
+
+
+def test_preflight_passes_and_checks_tools(tmp_path):
+    k = kube.Kube(preflight_runner(), "kind-agent-budgets")
+    assert stack.preflight(k, SETTINGS, which=lambda name: None) == "kubectl is not installed"
+    settings = Settings(root=tmp_path)
+    assert stack.preflight(k, settings, which=lambda name: "/x") == "build/bin/kubectl-ate is missing"
+    (tmp_path / "build" / "bin").mkdir(parents=True)
+    (tmp_path / "build" / "bin" / "kubectl-ate").write_text("")
+    assert stack.preflight(k, settings, which=lambda name: "/x") is None
+    assert stack.probes_problem(lambda a: (True, "ready"), ["a", "b"]) is None
+    assert stack.probes_problem(lambda a: (a == "a", "HTTP 503"), ["a", "b"]) == (
+        "the probe agent in actor b does not answer through atenet-router (HTTP 503)"
+    )
+
+
+def test_live_env_reports_an_unreachable_stack():
+    runner = FakeRunner(lambda argv, stdin: (0, "kind-kind\n"))
+    with (
+        pytest.raises(StackUnavailableError, match="kube context kind-agent-budgets not found"),
+        live_env(SETTINGS, runner, log=lambda line: None),
+    ):
+        pass
+
+
+def test_parse_config_json_shapes():
+    budgets = {"default": {"tokens": 500, "per": "Day"}}
+    assert (
+        stack.parse_config_json(json.dumps({"value": json.dumps(budgets), "objectValue": budgets, "secret": False}))
+        == budgets
+    )
+    assert stack.parse_config_json(json.dumps({"value": json.dumps(budgets), "secret": False})) == budgets
+    assert stack.parse_config_json(json.dumps({"value": "plain", "secret": False})) == "plain"
+    assert stack.parse_config_json(json.dumps(budgets)) == budgets
+
+
+def test_config_assignments_rebuild_the_value():
+    value = {
+        "default": {"tokens": 500, "per": "Day"},
+        "classes": [{"name": "large", "tokens": 5000, "per": "Day", "actors": ["agents/actor-b"], "on": True}],
+        "odd.key": 1.5,
+    }
+    assert stack.config_assignments(value, "budgets") == [
+        ("budgets.default.tokens", "500"),
+        ("budgets.default.per", "Day"),
+        ("budgets.classes[0].name", "large"),
+        ("budgets.classes[0].tokens", "5000"),
+        ("budgets.classes[0].per", "Day"),
+        ("budgets.classes[0].actors[0]", "agents/actor-b"),
+        ("budgets.classes[0].on", "true"),
+        ('budgets["odd.key"]', "1.5"),
+    ]
+    for empty in ({}, [], {"a": []}, {"a": None}):
+        with pytest.raises(ValueError):
+            stack.config_assignments(empty, "budgets")
+
+
+class FakePulumi:
+    """`pulumi config get/set/rm` and `pulumi up` on an in-memory budgets value and a stack file."""
+
+    def __init__(self, budgets, stack_file=None, lossy=False):
+        self.budgets = json.loads(json.dumps(budgets))
+        self.stack_file = stack_file
+        self.lossy = lossy  # set --path that does not take (to test the restore check)
+        self.log = []
+
+    def _sync_from_file(self):
+        if self.stack_file is not None and self.stack_file.exists():
+            self.budgets = json.loads(self.stack_file.read_text().splitlines()[0])
+
+    def __call__(self, argv, stdin):
+        assert argv[0] == "pulumi" and argv[-3:] == ["--stack", "dev", "--non-interactive"]
+        words = argv[1:-3]
+        self.log.append(" ".join(words))
+        self._sync_from_file()
+        if words[:2] == ["config", "get"]:
+            return 0, json.dumps({"value": json.dumps(self.budgets), "objectValue": self.budgets, "secret": False})
+        if words[:2] == ["config", "rm"]:
+            self.budgets = {}
+        elif words[:3] == ["config", "set", "--path"] and not self.lossy:
+            self._set(words[3], words[4])
+        elif words[0] == "up":
+            pass
+        if self.stack_file is not None and words[0] == "config":  # set and rm rewrite the stack file
+            self.stack_file.write_text(json.dumps(self.budgets) + "\n# rewritten by pulumi\n")
+        return 0, ""
+
+    def _set(self, path, raw):
+        value = int(raw) if raw.isdigit() else raw
+        parts = re.findall(r"\.?([A-Za-z_][\w-]*)|\[(\d+)\]", path)[1:]
+        target = self.budgets
+        for (name, index), (next_name, _) in zip(parts, [*parts[1:], (None, None)], strict=True):
+            container_key = name if name else int(index)
+            if next_name is None and (name, index) == parts[-1]:
+                if isinstance(target, list):
+                    target.extend([None] * (container_key + 1 - len(target)))
+                target[container_key] = value
+                return
+            blank = {} if next_name else []
+            if isinstance(target, list):
+                target.extend([None] * (container_key + 1 - len(target)))
+                if target[container_key] is None:
+                    target[container_key] = blank
+            else:
+                target.setdefault(container_key, blank)
+            target = target[container_key]
+
+
+DEFAULT_BUDGETS = {"default": {"tokens": 500, "per": "Day"}}
+LARGE = {"name": "large", "tokens": 5000, "per": "Day", "actors": ["agents/actor-b"]}
+
+
+def test_stack_config_adds_a_class_with_set_path(tmp_path):
+    fake = FakePulumi(DEFAULT_BUDGETS)
+    runner = FakeRunner(fake)
+    config = stack.StackConfig(runner, Settings(root=tmp_path), environ={"PATH": "/usr/bin"})
+    config.add_class(config.get_budgets(), LARGE)
+    assert fake.budgets == {**DEFAULT_BUDGETS, "classes": [LARGE]}
+    assert fake.log[1:] == [
+        "config set --path budgets.classes[0].name large",
+        "config set --path budgets.classes[0].tokens 5000",
+        "config set --path budgets.classes[0].per Day",
+        "config set --path budgets.classes[0].actors[0] agents/actor-b",
+    ]
+    env, cwd = runner.calls[0]["env"], runner.calls[0]["cwd"]
+    assert env["PULUMI_BACKEND_URL"] == f"file://{tmp_path / '.state'}"
+    assert env["PULUMI_CONFIG_PASSPHRASE"] == "agent-budgets-dev"
+    assert env["PATH"].startswith(str(tmp_path / "build" / "bin")) and cwd == str(tmp_path)
+    own = stack.StackConfig(runner, Settings(root=tmp_path), environ={"PULUMI_CONFIG_PASSPHRASE": "mine"})
+    assert own.env["PULUMI_CONFIG_PASSPHRASE"] == "mine"
+
+
+def test_budget_class_restores_the_stack_file_even_when_the_check_fails(tmp_path):
+    stack_file = tmp_path / "Pulumi.dev.yaml"
+    original_bytes = json.dumps(DEFAULT_BUDGETS).encode() + b"\n# the lead's comments\n"
+    stack_file.write_bytes(original_bytes)
+    fake = FakePulumi(DEFAULT_BUDGETS, stack_file)
+    config = stack.StackConfig(FakeRunner(fake), Settings(root=tmp_path), environ={})
+    settled = []
+    with (
+        pytest.raises(RuntimeError, match="check blew up"),
+        stack.budget_class(
+            config, LARGE, lambda: settled.append(fake.budgets.get("classes")), log=lambda line: None
+        ) as original,
+    ):
+        assert original == DEFAULT_BUDGETS and fake.budgets["classes"] == [LARGE]
+        raise RuntimeError("check blew up")
+    assert stack_file.read_bytes() == original_bytes  # byte for byte, comments included
+    assert fake.budgets == DEFAULT_BUDGETS
+    assert settled == [[LARGE], None]
+    assert [line for line in fake.log if line == "up --yes --skip-preview"] == ["up --yes --skip-preview"] * 2
+
+
+def test_restore_without_a_stack_file_sets_every_leaf(tmp_path):
+    fake = FakePulumi({**DEFAULT_BUDGETS, "classes": [LARGE]})
+    config = stack.StackConfig(FakeRunner(fake), Settings(root=tmp_path), environ={})
+    config.restore(DEFAULT_BUDGETS, None)
+    assert fake.budgets == DEFAULT_BUDGETS
+    assert "config rm budgets" in fake.log
+    lossy = FakePulumi({**DEFAULT_BUDGETS, "classes": [LARGE]}, lossy=True)
+    config = stack.StackConfig(FakeRunner(lossy), Settings(root=tmp_path), environ={})
+    with pytest.raises(RuntimeError, match="set it back by hand"):
+        config.restore(DEFAULT_BUDGETS, None)
+
+
+# --- plumbing --------------------------------------------------------------------------------------------
+
+
+def test_runner_results_and_check():
+    runner = SubprocessRunner()
+    assert runner(["definitely-not-a-command-xyz"]).returncode == 127
+    done = runner(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    assert runner(["sh", "-c", "sleep 5"], timeout=0.2).returncode == 124
+    assert runner(["cat"], input="x").stdout == "x"
+    with pytest.raises(CommandError, match="err"):
+        check(done)
+
+
+def test_parse_forward_port():
+    assert parse_forward_port("Forwarding from 127.0.0.1:43210 -> 80") == 43210
+    assert parse_forward_port("Forwarding from [::1]:43210 -> 80") is None
+    assert parse_forward_port("Handling connection for 43210") is None
+
+
+class FakeProcess:
+    def __init__(self, lines):
+        self.stdout = iter(lines)
+        self.alive = True
+        self.terminated = False
+
+    def poll(self):
+        return None if self.alive else 0
+
+    def terminate(self):
+        self.terminated = True
+        self.alive = False
+
+    def wait(self, timeout=None):
+        return 0
+
+    def kill(self):
+        self.alive = False
+
+
+def test_port_forward_starts_restarts_and_stops():
+    made = []
+
+    def popen(argv, **kwargs):
+        made.append(FakeProcess([f"Forwarding from 127.0.0.1:{5000 + len(made)} -> 80\n", "Handling connection\n"]))
+        return made[-1]
+
+    forward = PortForward("ctx", "ate-system", "service/atenet-router", 80, popen=popen, timeout=2)
+    with forward:
+        assert forward.port == 5000
+        made[0].alive = False  # kubectl exited (its pod went away)
+        assert forward.port == 5001
+    assert made[1].terminated and forward.process is None
+    assert forward.argv[-4:] == ["--address", "127.0.0.1", "service/atenet-router", ":80"]
+
+    failing = PortForward(
+        "ctx", "ns", "service/x", 80, popen=lambda argv, **kw: FakeProcess(["error: no pods\n"]), timeout=1
+    )
+    with pytest.raises(RuntimeError, match="no pods"):
+        failing.start()
+
+
+def test_http_request_against_a_local_server():
+    seen = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen["host"] = self.headers["Host"]
+            seen["body"] = self.rfile.read(int(self.headers["Content-Length"]))
+            body = b"Jwt is missing"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", "Bearer realm")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reply = http_request(
+            server.server_address[1],
+            "POST",
+            "/v1/chat/completions",
+            body={"a": 1},
+            host="agent-router.envoy-gateway-system.svc.cluster.local",
+            timeout=5,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (reply.status, reply.body, reply.headers["www-authenticate"]) == (401, "Jwt is missing", "Bearer realm")
+    assert seen == {"host": "agent-router.envoy-gateway-system.svc.cluster.local", "body": b'{"a": 1}'}
+    refused = http_request(server.server_address[1], "GET", "/", timeout=1)
+    assert refused.status is None and "ConnectionRefusedError" in refused.error
+
+
+def test_forged_jwt_looks_real_but_is_signed_by_nobody():
+    token = tokens.forged_jwt(A, "https://idp.ate-system.svc", "agent-router", now=1_000_000)
+    header, _, signature = token.split(".")
+    assert json.loads(base64.urlsafe_b64decode(header + "==")) == {"alg": "ES256", "kid": "1", "typ": "JWT"}
+    claims = tokens.decode_claims(token)
+    assert (claims["sub"], claims["iss"], claims["aud"], claims["exp"]) == (
+        A,
+        "https://idp.ate-system.svc",
+        ["agent-router"],
+        1_000_900,
+    )
+    assert len(base64.urlsafe_b64decode(signature + "==")) == 64
+    assert token != tokens.forged_jwt(A, "https://idp.ate-system.svc", "agent-router", now=1_000_000)
+
+
+def test_latency_statistics():
+    values = [float(v) for v in range(1, 101)]
+    assert stats.percentile(values, 95) == 95.0 and stats.percentile(values, 100) == 100.0
+    assert stats.percentile([5.0], 95) == 5.0
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0 and stats.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError, match="no values"):
+        stats.percentile([], 95)
+    with pytest.raises(ValueError, match="pct"):
+        stats.percentile([1.0], 0)
+    lines = stats.report(stats.summarize([1.0, 1.0, 2.0]), stats.summarize([4.0, 4.5, 7.0]))
+    assert lines[2] == "added by the full path: median +3.50 ms, p95 +5.00 ms"
+
+
+# --- the live environment's own logic, on fakes ------------------------------------------------------------
+
+
+class FakeProbe:
+    def __init__(self, counters_, answers):
+        self.counters = counters_
+        self.answers = iter(answers)
+        self.calls = []
+
+    def call(self, actor, **spec):
+        self.calls.append((actor, spec))
+        answer = next(self.answers)
+        if answer.status == 200:  # the charge lands a little later in real life; at once here
+            subject = SETTINGS.subject(actor)
+            self.counters.setdefault(subject, 0)
+            self.counters[subject] += 200
+        return answer
+
+
+def fake_env(redis_keys, answers):
+    reader, _, redis = make_counters(redis_keys)
+    spent = {}
+
+    def handler(argv, stdin):
+        if "exec" in argv and argv[argv.index("-c") + 3] == "get":
+            lines = [
+                f"{i}\t{key(s)}\t{spent.get(s, 0)}" for i, s in enumerate(redis_glob_subjects(argv)) if spent.get(s)
+            ]
+            return 0, "\n".join(lines)
+        return redis(argv, stdin)
+
+    def redis_glob_subjects(argv):
+        return [p[2:-2] for p in argv[argv.index("-c") + 4 :]]
+
+    reader.kube.runner.handler = handler
+    probe = FakeProbe(spent, answers)
+    env = LiveEnv(SETTINGS, reader.kube.runner, reader.kube, None, reader, probe, None, None)
+    return env, probe, redis
+
+
+def test_fresh_buckets_clears_every_demo_actor():
+    env, _, redis = fake_env({key(A): "200", key(B): "400", key("actor/agents/actor-noegress"): "1", "x": "1"}, [])
+    assert env.fresh_buckets() == (
+        "fresh buckets: deleted 3 counter key(s) of agents/actor-a, agents/actor-b, agents/actor-noegress first"
+    )
+    assert list(redis.keys) == ["x"]
+
+
+def test_run_calls_waits_for_each_charge():
+    env, probe, _ = fake_env({}, [ok_call(), ok_call(), ok_call(), REFUSED])
+    calls = env.run_calls("actor-a", 4, model="mock-large")
+    assert [c.status for c in calls] == [200, 200, 200, 429]
+    assert probe.calls == [("actor-a", {"model": "mock-large"})] * 4
+    assert env.totals("actor-a") == {"actor-a": 600}
+
+
+def test_bench_collects_in_chunks_and_skips_without_a_stack(monkeypatch, capsys):
+    requests = []
+
+    class Client:
+        def bench(self, actor, count, **spec):
+            requests.append(count)
+            return {"latencies_ms": [1.0] * count, "statuses": {"200": count}, "errors": 0}
+
+    result = bench_latency.collect(Client(), "actor-a", 1200, 500, "mock-small")
+    assert requests == [500, 500, 200]
+    assert len(result["latencies"]) == 1200 and result["statuses"] == {"200": 1200}
+
+    def unavailable(settings):
+        raise StackUnavailableError("kube context kind-agent-budgets not found")
+
+    monkeypatch.setattr(bench_latency, "live_env", unavailable)
+    assert bench_latency.main([]) == 0
+    assert "bench-e2e skipped: no live dev stack (kube context kind-agent-budgets not found)" in capsys.readouterr().out
+
+
+def test_e2e_folder_is_not_part_of_the_unit_run():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '"tests/e2e"' in pyproject.split("norecursedirs", 1)[1].split("\n", 1)[0]
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    e2e_recipe = makefile.split("\ne2e:", 1)[1].split("\n\n", 1)[0]
+    assert "pytest tests/e2e" in e2e_recipe and "norecursedirs=" in e2e_recipe
+
+
+# --- make up's steps (scripts/up.sh) on stub tools: idempotent, one line per missing tool ------------------
+
+STUB = r'''#!{python} -S
+"""Stub for kubectl, kubectl-ate, kind, docker, go, ko and pulumi: logs each call in FAKE_STATE."""
+import fcntl, json, os, re, sys
+
+tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+data = sys.stdin.read() if not sys.stdin.isatty() else ""
+with open(os.environ["FAKE_STATE"], "r+") as handle:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    st = json.load(handle)
+    st["calls"].append([tool, *args])
+    out, err, rc = "", "", 0
+    words = args[2:] if args[:1] == ["--context"] else args
+    if tool == "kubectl-ate":
+        verb, kind, name = (words + ["", "", ""])[:3]
+        if verb == "get" and kind == "actor-template":
+            if name in st["templates"]:
+                out = json.dumps(st["templates"][name])
+            else:
+                err, rc = "rpc error: code = NotFound", 1
+        elif verb == "get" and kind == "atespaces":
+            rc = 0 if name in st["atespaces"] else 1
+        elif verb == "get" and kind == "actors":
+            if name in st["actors"]:
+                out = json.dumps({{"status": {{"state": "ACTOR_STATE_" + st["actors"][name]}}}})
+            else:
+                err, rc = "rpc error: code = NotFound", 1
+        elif verb == "get" and kind == "egress-policy":
+            if name in st["policies"]:
+                out = json.dumps(st["policies"][name])
+            else:
+                err = "has no egress policy"
+        elif verb == "create" and kind == "atespace":
+            st["atespaces"].append(name)
+        elif verb == "create" and kind == "actor-template":
+            template = re.search(r"^  name: (\S+)", data, re.M).group(1)
+            image = re.search(r"image: (\S+)", data).group(1)
+            st["templates"][template] = {{"containers": [{{"image": image}}],
+                                          "status": {{"goldenSnapshotStatus": {{"goldenSnapshot": {{"name": "g"}}}}}}}}
+        elif verb == "create" and kind == "actor":
+            st["actors"][name] = "SUSPENDED"
+        elif verb in ("suspend", "resume") and kind == "actor":
+            st["actors"][name] = "SUSPENDED" if verb == "suspend" else "RUNNING"
+        elif verb == "delete" and kind == "actor":
+            st["actors"].pop(name)
+        elif verb == "delete" and kind == "actor-template":
+            st["templates"].pop(name)
+    elif tool == "kubectl":
+        if args[:2] == ["config", "get-contexts"]:
+            out = "\n".join(st["contexts"])
+        elif words[:1] == ["api-resources"]:
+            out = "clustertrustbundles.certificates.k8s.io\npodcertificaterequests.certificates.k8s.io"
+    elif tool == "kind":
+        if args[:1] == ["version"]:
+            out = "kind " + st["kind_version"] + " go1.25 linux/amd64"
+        elif args[:2] == ["get", "clusters"]:
+            out = "\n".join(st["clusters"])
+        elif args[:2] == ["get", "nodes"]:
+            out = "agent-budgets-control-plane"
+        elif args[:2] == ["create", "cluster"]:
+            st["clusters"].append(args[args.index("--name") + 1])
+            st["contexts"].append("kind-" + args[args.index("--name") + 1])
+    elif tool == "docker":
+        if args[:1] == ["inspect"] and "{{{{.State.Running}}}}" in args:
+            out = "true" if st["registry"] else ""
+            rc = 0 if st["registry"] else 1
+        elif args[:1] == ["inspect"] and any("Networks.kind" in a for a in args):
+            out = '{{"NetworkID":"n"}}' if st["registry_on_kind"] else "null"
+        elif args[:1] == ["inspect"]:
+            rc = 0 if st["registry"] else 1
+        elif args[:1] == ["run"]:
+            st["registry"] = True
+        elif args[:1] == ["port"]:
+            out = "127.0.0.1:5001"
+        elif args[:2] == ["network", "connect"]:
+            st["registry_on_kind"] = True
+    elif tool == "go":
+        out = {{"env": "amd64", "tool": os.path.join(os.path.dirname(sys.argv[0]), "ko")}}.get(args[0], "")
+    elif tool == "ko":
+        out = "localhost:5001/ateom-gvisor@sha256:" + "a" * 64
+    handle.seek(0)
+    handle.truncate()
+    json.dump(st, handle)
+sys.stdout.write(out + ("\n" if out else ""))
+sys.stderr.write(err + ("\n" if err else ""))
+sys.exit(rc)
+'''
+
+PROBE_REF = "localhost:5001/agent-budgets-probe@sha256:" + "b" * 64
+
+
+@pytest.fixture
+def stub_root(tmp_path):
+    """A copy of scripts/ and probe/ with a fake Substrate checkout, and stub tools first on PATH."""
+    repo = Path(__file__).resolve().parents[1]
+    root = tmp_path / "project"
+    shutil.copytree(repo / "scripts", root / "scripts", ignore=shutil.ignore_patterns("*.py"))
+    shutil.copytree(repo / "probe", root / "probe")
+    (root / "Pulumi.yaml").write_text("name: agent-budgets\n")
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").symlink_to(sys.executable)
+    src = root / "build" / "substrate"
+    for folder in (".git", "cmd/ateom-gvisor", "hack/tools/ko", "manifests/ate-install/generated"):
+        (src / folder).mkdir(parents=True)
+    (src / "go.mod").write_text("module go.ate.dev/substrate\n\ngo 1.27.0\n")
+    (src / "manifests/ate-install/generated/ate.dev_workerpools.yaml").write_text(
+        "metadata:\n  name: workerpools.ate.dev\nspec:\n  properties:\n    workerImage:\n      type: string\n"
+    )
+    (root / "build" / "probe-image.ref").write_text(PROBE_REF + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "stub.py"
+    stub.write_text(STUB.format(python=sys.executable))
+    stub.chmod(0o755)
+    for tool in ("kubectl", "kind", "docker", "go", "ko", "git", "pulumi"):
+        (bin_dir / tool).symlink_to(stub)
+    (root / "build" / "bin").mkdir()
+    (root / "build" / "bin" / "kubectl-ate").symlink_to(stub)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps(
+            {
+                "calls": [],
+                "templates": {},
+                "atespaces": [],
+                "actors": {},
+                "policies": {},
+                "contexts": [],
+                "clusters": [],
+                "registry": False,
+                "registry_on_kind": False,
+                "kind_version": "v0.33.0",
+            }
+        )
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state), "HOME": str(tmp_path)}
+
+    def run(*steps, path=None):
+        done = subprocess.run(
+            ["bash", str(root / "scripts" / "up.sh"), *steps],
+            env={**env, **({"PATH": path} if path else {})},
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+        return done, json.loads(state.read_text())
+
+    def seed(**values):
+        current = json.loads(state.read_text())
+        current.update(values)
+        current["calls"] = []
+        state.write_text(json.dumps(current))
+
+    run.seed = seed
+    run.bin_dir = bin_dir
+    return run
+
+
+def _commands(state, tool, *prefix):
+    return [c[1:] for c in state["calls"] if c[0] == tool and c[1 : 1 + len(prefix)] == list(prefix)]
+
+
+def _ate(state, verb, kind):
+    return [c[3:] for c in state["calls"] if c[0] == "kubectl-ate" and c[3:5] == [verb, kind]]
+
+
+def test_up_check_prereqs_names_each_missing_tool(stub_root):
+    for tool in ("go", "pulumi", "kind"):
+        os.remove(stub_root.bin_dir / tool)
+    done, _ = stub_root("check-prereqs")
+    assert done.returncode == 1
+    missing = [line.split(" (")[0] for line in done.stderr.splitlines() if line.startswith("missing:")]
+    assert missing == ["missing: kind", "missing: go", "missing: pulumi"]
+    assert "install the tools listed above" in done.stderr
+
+
+def test_up_check_prereqs_wants_a_recent_kind(stub_root):
+    stub_root.seed(kind_version="v0.29.0")
+    done, _ = stub_root("check-prereqs")
+    assert done.returncode == 1 and "kind v0.29.0 is too old" in done.stderr
+    stub_root.seed(kind_version="v0.33.1")
+    done, _ = stub_root("check-prereqs")
+    assert done.returncode == 0, done.stderr
+
+
+def test_up_kind_cluster_creates_then_converges(stub_root):
+    done, state = stub_root("kind-cluster")
+    assert done.returncode == 0, done.stderr
+    (create,) = _commands(state, "kind", "create", "cluster")
+    assert create[create.index("--name") + 1] == "agent-budgets" and create[create.index("--config") + 1].endswith(
+        "scripts/kind-config.yaml"
+    )
+    (registry,) = _commands(state, "docker", "run")
+    assert "127.0.0.1:5001:5000" in registry and "kind-registry" in registry
+    assert ["exec", "agent-budgets-control-plane", "sysctl", "-w", "net.ipv4.conf.all.proxy_arp=1"] in [
+        c[1:] for c in state["calls"] if c[0] == "docker"
+    ]
+    assert _commands(state, "docker", "network", "connect") == [["network", "connect", "kind", "kind-registry"]]
+
+    stub_root.seed()
+    again, state = stub_root("kind-cluster")
+    assert again.returncode == 0, again.stderr
+    assert "exists: reusing it" in again.stdout
+    assert not _commands(state, "kind", "create") and not _commands(state, "docker", "run")
+    assert not _commands(state, "docker", "network", "connect")
+    assert _commands(state, "docker", "exec", "agent-budgets-control-plane", "sysctl")  # re-applied every run
+
+
+def test_up_demo_actors_creates_then_converges(stub_root):
+    done, state = stub_root("demo-actors")
+    assert done.returncode == 0, done.stderr
+    assert _ate(state, "create", "atespace") == [["create", "atespace", "agents"]]
+    assert state["templates"]["probe-agent"]["containers"][0]["image"] == PROBE_REF
+    assert [c[2] for c in _ate(state, "create", "actor")] == ["actor-a", "actor-b", "actor-noegress"]
+    assert state["actors"] == {"actor-a": "SUSPENDED", "actor-b": "SUSPENDED", "actor-noegress": "SUSPENDED"}
+    (pool,) = [c for c in state["calls"] if c[0] == "kubectl" and "apply" in c]
+    assert pool[1:3] == ["--context", "kind-agent-budgets"]
+
+    stub_root.seed()
+    again, state = stub_root("demo-actors")
+    assert again.returncode == 0, again.stderr
+    assert "exists with " + PROBE_REF + ": keeping it" in again.stdout
+    assert not _ate(state, "create", "atespace") and not _ate(state, "create", "actor-template")
+    assert not _ate(state, "create", "actor") and not _ate(state, "delete", "actor")
+
+
+def test_up_demo_actors_recreates_on_a_new_probe_image(stub_root):
+    old = {
+        "containers": [{"image": "localhost:5001/agent-budgets-probe@sha256:" + "0" * 64}],
+        "status": {"goldenSnapshotStatus": {"goldenSnapshot": {"name": "g"}}},
+    }
+    stub_root.seed(
+        atespaces=["agents"],
+        templates={"probe-agent": old},
+        actors={"actor-a": "RUNNING", "actor-b": "RUNNING", "actor-noegress": "SUSPENDED"},
+    )
+    done, state = stub_root("demo-actors")
+    assert done.returncode == 0, done.stderr
+    assert "the probe image changed" in done.stderr
+    assert [c[2] for c in _ate(state, "suspend", "actor")] == ["actor-a", "actor-b"]
+    assert [c[2] for c in _ate(state, "delete", "actor")] == ["actor-a", "actor-b", "actor-noegress"]
+    verbs = [c[3] + " " + c[4] for c in state["calls"] if c[0] == "kubectl-ate" and c[3] in ("create", "delete")]
+    assert verbs.index("delete actor-template") < verbs.index("create actor-template") < verbs.index("create actor")
+    assert state["templates"]["probe-agent"]["containers"][0]["image"] == PROBE_REF
+    assert state["actors"] == {"actor-a": "SUSPENDED", "actor-b": "SUSPENDED", "actor-noegress": "SUSPENDED"}
+
+
+def test_up_resume_actors_only_once_their_policies_exist(stub_root):
+    actors = {"actor-a": "SUSPENDED", "actor-b": "SUSPENDED", "actor-noegress": "SUSPENDED"}
+    policy = {"metadata": {"atespace": "agents", "name": "default"}, "rules": [{"http": {}}]}
+    stub_root.seed(actors=actors, policies={"actor-a": policy})
+    done, state = stub_root("resume-actors")
+    assert done.returncode == 1
+    assert "actor agents/actor-b has no egress policy: pulumi up should have created it" in done.stderr
+    assert not _ate(state, "resume", "actor")
+
+    stub_root.seed(actors=actors, policies={"actor-a": policy, "actor-b": policy})
+    done, state = stub_root("resume-actors")
+    assert done.returncode == 0, done.stderr
+    assert [c[2] for c in _ate(state, "resume", "actor")] == ["actor-a", "actor-b", "actor-noegress"]
+    assert set(state["actors"].values()) == {"RUNNING"}
+
+
+# --- the live checks' own code, against a simulated stack -------------------------------------------------
+
+WINDOW = 1767225600
+
+
+class SimStack:
+    """A model of the dev stack's behaviour: a bucket per actor (or per actor and route when shared is
+    off), refused once over its limit, charged 200 tokens at the end of each admitted call."""
+
+    def __init__(self, shared=True, replaces_spoofed_header=True, charges_streams=True):
+        self.shared = shared
+        self.replaces_spoofed_header = replaces_spoofed_header
+        self.charges_streams = charges_streams
+        self.spent = {}  # (subject, route) -> tokens
+        self.limits = {}  # subject -> tokens (a class); the default is 500
+
+    def limit(self, subject):
+        return self.limits.get(subject, 500)
+
+    def call(self, actor, **spec):
+        if actor == SETTINGS.noegress_actor:  # what reference/substrate.md §5 describes
+            if "url" in spec:
+                return Call(error_stage="receive", error_type="ConnectionResetError", error="reset by peer")
+            return Call(error_stage="dns", error_type="gaierror", error="Name or service not known")
+        subject = SETTINGS.subject(actor)
+        charged = subject if self.replaces_spoofed_header else spec.get("headers", {}).get("x-actor-id", subject)
+        route = "shared" if self.shared else spec.get("model", "mock-small")
+        before = self.spent.get((charged, route), 0)
+        if before > self.limit(charged):
+            return Call(status=429, reason="Too Many Requests", remaining="0")
+        stream = spec.get("stream", False)
+        if not stream or self.charges_streams:
+            self.spent[(charged, route)] = before + 200
+        return Call(
+            status=200,
+            reason="OK",
+            total_tokens=200,
+            remaining=str(max(self.limit(charged) - before, 0)),
+            credential="provider-key",
+            upstream_actor_id=charged,
+            stream_events=12 if stream else None,
+            stream_done=stream,
+            stream_usage_total=200 if stream else None,
+            sent_stream_options="include_usage" in spec,
+        )
+
+    def redis_key(self, subject, route):
+        if route == "shared":
+            return key(subject, window=WINDOW)
+        return f"envoy-gateway-system/agent-router/http_{route}_rule-0-match-0_{subject}_{WINDOW}"
+
+    def kubectl(self, argv, stdin):
+        if "secret" in argv:
+            return 0, base64.b64encode(PASSWORD.encode()).decode()
+        if "service" in argv:
+            return 0, json.dumps({"spec": {"clusterIP": "10.96.0.10", "selector": {"app": "envoy"}}})
+        at = argv.index("-c")
+        mode, patterns = argv[at + 3], argv[at + 4 :]
+        lines = []
+        for index, pattern in enumerate(patterns):
+            regex = redis_glob(pattern)
+            for bucket, value in list(self.spent.items()):
+                if regex.match(self.redis_key(*bucket)):
+                    lines.append(f"{index}\t{self.redis_key(*bucket)}\t{1 if mode == 'del' else value}")
+                    if mode == "del":
+                        del self.spent[bucket]
+        return 0, "\n".join(lines)
+
+
+class SimAte:
+    def ensure_running(self, actor, template):
+        return "running"
+
+    def has_egress_policy(self, actor):
+        return actor != SETTINGS.noegress_actor
+
+
+class SimEnv(LiveEnv):
+    sim: SimStack
+    pulumi: FakePulumi
+
+    def gateway_call(self, headers, path="/v1/chat/completions"):
+        return Call(status=401, body="Jwt is missing" if "Authorization" not in headers else "Jwt verification fails")
+
+    def gateway_log_hits(self, markers, wait_for=None, timeout=20.0):
+        return {name: 1 if name == wait_for else 0 for name in markers}
+
+    def settle_policy(self):
+        classes = self.pulumi.budgets.get("classes") or []
+        self.sim.limits = {SETTINGS.subject(a.split("/")[1]): c["tokens"] for c in classes for a in c["actors"]}
+
+
+class FakeClock:
+    def __init__(self):
+        self.time = 0.0
+
+    def now(self):
+        return self.time
+
+    def advance(self, seconds):
+        self.time += seconds
+
+
+def sim_env(tmp_path, **behaviour):
+    sim = SimStack(**behaviour)
+    clock = FakeClock()
+    runner = FakeRunner(sim.kubectl)
+    k = kube.Kube(runner, SETTINGS.kube_context)
+    pulumi = FakePulumi(DEFAULT_BUDGETS)
+    env = SimEnv(
+        settings=SETTINGS,
+        runner=runner,
+        kube=k,
+        ate=SimAte(),
+        counters=Counters(
+            k, "agent-budgets-redis", "redis-0", "redis-auth", "password", sleep=clock.advance, clock=clock.now
+        ),
+        probe=sim,
+        gateway=None,
+        stack=stack.StackConfig(FakeRunner(pulumi), Settings(root=tmp_path), environ={}),
+    )
+    env.sim, env.pulumi = sim, pulumi
+    return env
+
+
+CHECKS = {
+    1: check_1.test_each_actor_is_metered_in_its_own_bucket,
+    2: check_2.test_spoofed_actor_header_is_replaced,
+    3: check_3.test_spent_budget_gives_429_to_that_actor_only,
+    4: check_4.test_actor_without_egress_rule_cannot_reach_the_gateway,
+    5: check_5.test_non_actor_callers_get_401,
+    6: check_6.test_stream_without_usage_request_is_charged,
+    7: check_7.test_two_routes_share_one_bucket,
+    8: check_8.test_class_member_has_its_own_limit,
+}
+
+
+def run_check(number, env, monkeypatch):
+    verdicts, printed = [], []
+
+    def fail(message):
+        raise AssertionError(message)
+
+    def report(n, title=None):
+        return reporting(n, title or TITLES[n], record=verdicts.append, fail=fail, emit=printed.append)
+
+    monkeypatch.setattr(check_8.shutil, "which", lambda name: "/usr/bin/pulumi")
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    with contextlib.suppress(AssertionError):  # a FAIL; the verdict says why
+        CHECKS[number](env, report)
+    (verdict,) = verdicts
+    return verdict, printed[0]
+
+
+def test_live_checks_pass_on_a_healthy_simulated_stack(tmp_path, monkeypatch):
+    env = sim_env(tmp_path)
+    verdicts = {n: run_check(n, env, monkeypatch) for n in CHECKS}
+    assert {n: v.failures for n, (v, _) in verdicts.items()} == {n: [] for n in CHECKS}
+    assert verdicts[3][1].splitlines()[-3:] == [
+        '       actor-a call 3: {"status":200,"total_tokens":200,"remaining":"100"}',
+        '       actor-a call 4: {"status":429,"total_tokens":null,"remaining":"0"}',
+        '       actor-b:        {"status":200,"total_tokens":200,"remaining":"300"}',
+    ]
+    assert "rate limit counters: actor-a=200 actor-b=200" in verdicts[1][1]
+    assert "actor-a counter 200 -> 400; actor-b counter 200 -> 200" in verdicts[2][1]
+    assert verdicts[1][1].startswith("\n[PASS] 1. ") and "fresh buckets: deleted" in verdicts[3][1]
+    assert env.pulumi.budgets == DEFAULT_BUDGETS and env.sim.limits == {}  # check 8 put the config back
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "number", "why"),
+    [
+        ({"shared": False}, 7, "found 2 counter keys"),
+        ({"replaces_spoofed_header": False}, 2, "x-actor-id the model saw"),
+        ({"charges_streams": False}, 6, "counter increase: expected 200, got 0"),
+    ],
+)
+def test_live_checks_fail_on_a_broken_simulated_stack(tmp_path, monkeypatch, behaviour, number, why):
+    verdict, printed = run_check(number, sim_env(tmp_path, **behaviour), monkeypatch)
+    assert not verdict.passed and any(why in failure for failure in verdict.failures)
+    assert printed.startswith(f"\n[FAIL] {number}. ")
+
+
+# --- the counter script against a real Redis on 127.0.0.1 (when redis-server is installed) ----------------
+
+
+@pytest.fixture
+def local_redis(tmp_path):
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not server or not cli:
+        pytest.skip("redis-server/redis-cli not installed: the real-Redis test of the counter script is skipped")
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port = probe_socket.getsockname()[1]
+    process = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--requirepass",
+            PASSWORD,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    shim = tmp_path / "bin" / "redis-cli"  # the pod's redis-cli talks to localhost:6379; ours to the test port
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {cli} -p {port} "$@"\n')
+    shim.chmod(0o755)
+    env = {"PATH": f"{shim.parent}:/usr/bin:/bin"}
+    for _ in range(100):
+        if (
+            subprocess.run(
+                [str(shim), "-a", PASSWORD, "--no-auth-warning", "PING"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            == "PONG"
+        ):
+            break
+        time.sleep(0.05)
+    yield port, env, cli
+    process.terminate()
+    process.wait(timeout=5)
+
+
+def test_counter_script_against_real_redis(local_redis):
+    port, env, cli = local_redis
+    seeded = {
+        key(A): 200,
+        key(A, rule=1): 150,
+        key(B): 400,
+        key("actor/agents/actor-ab"): 999,
+        key("actor/agents/actor-a[1]"): 5,
+    }
+    for name, value in seeded.items():
+        subprocess.run(
+            [cli, "-p", str(port), "-a", PASSWORD, "--no-auth-warning", "SET", name, str(value)],
+            check=True,
+            capture_output=True,
+        )
+
+    def kubectl_exec_locally(argv, stdin):
+        """Runs what `kubectl exec -i redis-0 -- <command>` would run in the pod, here."""
+        command = argv[argv.index("--") + 1 :]
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, env=env, timeout=20, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    def handler(argv, stdin):
+        if "secret" in argv:
+            return 0, base64.b64encode(PASSWORD.encode()).decode()
+        return kubectl_exec_locally(argv, stdin)
+
+    reader = Counters(kube.Kube(FakeRunner(handler), "ctx"), "ns", "redis-0", "redis-auth", "password")
+    odd = "actor/agents/actor-a[1]"
+    assert reader.totals([A, B, odd, "actor/agents/nobody"]) == {A: 350, B: 400, odd: 5, "actor/agents/nobody": 0}
+    assert reader.clear([A, odd]) == 3
+    assert reader.totals([A, B, "actor/agents/actor-ab"]) == {A: 0, B: 400, "actor/agents/actor-ab": 999}
+
+    wrong = Counters(
+        kube.Kube(
+            FakeRunner(
+                lambda argv, stdin: (
+                    (0, base64.b64encode(b"nope").decode()) if "secret" in argv else kubectl_exec_locally(argv, stdin)
+                )
+            ),
+            "ctx",
+        ),
+        "ns",
+        "redis-0",
+        "redis-auth",
+        "password",
+    )
+    with pytest.raises(CounterError, match=r"redis-cli in ns/redis-0 failed: .*(AUTH|PING)"):
+        wrong.read([A])
