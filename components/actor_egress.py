@@ -1,8 +1,10 @@
 """One Substrate egress policy per configured actor, grouped in a component.
 
 Each actor ``<atespace>/<name>`` gets a child ``ActorEgressPolicy`` named
-``egress-<atespace>-<name>``: the name depends only on the actor, so adding or removing one actor
-adds or removes exactly its own policy and leaves every other one untouched.
+``egress-<atespace>.<name>``: the name depends only on the actor, so adding or removing one actor
+adds or removes exactly its own policy and leaves every other one untouched. The separator is a
+dot, which no DNS label (atespace or actor name) can hold, so distinct actors never share a name
+(``team-a/bot`` and ``team/a-bot`` would both be ``egress-team-a-bot`` with a dash).
 """
 
 from __future__ import annotations
@@ -53,36 +55,30 @@ class EgressSettings:
 
 
 def policy_resource_name(actor_ref: str) -> str:
-    """``agents/actor-a`` -> ``egress-agents-actor-a`` (stable: it depends on the actor only)."""
+    """``agents/actor-a`` -> ``egress-agents.actor-a`` (stable: it depends on the actor only, and
+    one-to-one: the dot cannot occur in an atespace or actor name)."""
     atespace, name = egress.parse_actor_ref(actor_ref)
-    return f"egress-{atespace}-{name}"
+    return f"egress-{atespace}.{name}"
 
 
 def settings_problems(settings: EgressSettings) -> list[Problem]:
     """Every problem in ``settings``, reported once each (the shared part is checked once)."""
     problems: list[Problem] = []
-    seen: dict[str, str] = {}
     valid_refs: list[str] = []
     for ref in settings.actors:
         ref_problems = egress.actor_ref_problems(ref)
         problems += ref_problems
         if ref_problems:
             continue
-        resource_name = policy_resource_name(ref)
-        if resource_name in seen:
-            what = (
-                "is listed twice" if seen[resource_name] == ref else f"and {seen[resource_name]!r} both map"
-            )
+        if ref in valid_refs:
             problems.append(
                 Problem(
                     "actors",
-                    f"actor {ref!r} {what} to the Pulumi resource name {resource_name!r}; "
-                    "list each actor once (and avoid atespace/name pairs that differ only in where "
-                    "the '-' falls)",
+                    f"actor {ref!r} is listed twice (both would be the Pulumi resource "
+                    f"{policy_resource_name(ref)!r}); list each actor once",
                 )
             )
             continue
-        seen[resource_name] = ref
         valid_refs.append(ref)
     # Everything but the actor names is the same for every actor: check it once.
     if valid_refs:

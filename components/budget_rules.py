@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.settings import PROJECT, Budgets, ConfigError, Limit
+from components.settings import PROJECT, BudgetsConfig, ConfigError, Limit
 
 ACTOR_HEADER = "x-actor-id"
 SUBJECT_PREFIX = "actor/"
@@ -174,7 +174,7 @@ def _regex(value: str, invert: bool) -> dict[str, Any]:
     return match
 
 
-def compile_budget_rules(budgets: Budgets, exclusion_slots: int) -> BudgetRules:
+def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int) -> BudgetRules:
     """Compile budgets into rules; raise ConfigError when Envoy Gateway's caps cannot hold them."""
     if not 1 <= exclusion_slots <= MAX_EXCLUSION_SLOTS:
         raise ConfigError(

@@ -96,6 +96,7 @@ WELL_KNOWN_PROVIDER_HOSTS: tuple[str, ...] = (
     "api.moonshot.ai",
     "api.moonshot.cn",
     "open.bigmodel.cn",
+    "api.router.tetrate.ai",
 )
 
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -795,23 +796,35 @@ class DiffDecision:
     changes: bool
     replaces: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
 
 
-REPLACE_KEYS = ("atespace", "actor")
-TARGET_KEYS = ("atespace", "actor", "kube_context")
+REPLACE_KEYS = ("atespace", "actor", "kube_context")
+"""Inputs that name which policy is managed: a change means another object, so a replacement
+(an in-place update would write the new target and leave the old policy behind)."""
+DELETE_FIRST_KEYS = ("kube_context",)
+"""Replacements that delete the old policy before creating the new one. A new kube context may
+name the same cluster under another name: created first, the new policy would adopt the existing
+one, and deleting the old one afterwards would then remove the policy the state believes exists."""
 
 
 def diff_decision(olds: Mapping[str, Any], news: Mapping[str, Any]) -> DiffDecision:
     """Compare a resource's previous outputs (``olds``: inputs echoed plus the live normalised
     ``rules``) with its new inputs. Changes only when the normalised rules or the target
-    (atespace, actor, kube context) differ; replacement only when atespace or actor change.
-    Operational inputs (kubectl path, timeout, substrate ref, provider list) change nothing by
-    themselves."""
+    (atespace, actor, kube context) differ; a target change is a replacement, delete-first when
+    the kube context changes. A ``rules`` entry in ``news`` (what ``check`` adds) is ignored: the
+    rules wanted are always rebuilt from the inputs. Operational inputs (kubectl path, timeout,
+    substrate ref, provider list) change nothing by themselves."""
     old_inputs, new_inputs = PolicyInputs.from_props(olds), PolicyInputs.from_props(news)
     replaces = [k for k in REPLACE_KEYS if getattr(old_inputs, k) != getattr(new_inputs, k)]
-    reasons = [k for k in TARGET_KEYS if getattr(old_inputs, k) != getattr(new_inputs, k)]
+    reasons = list(replaces)
     if "rules" not in olds or not isinstance(olds.get("rules"), list):
         reasons.append("rules (no live rules recorded)")
     elif normalize_rules(list(olds["rules"])) != desired_rules(new_inputs):
         reasons.append("rules")
-    return DiffDecision(changes=bool(reasons), replaces=replaces, reasons=reasons)
+    return DiffDecision(
+        changes=bool(reasons),
+        replaces=replaces,
+        reasons=reasons,
+        delete_before_replace=any(k in replaces for k in DELETE_FIRST_KEYS),
+    )

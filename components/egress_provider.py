@@ -3,13 +3,18 @@
 Substrate's API server (ateapi) stores an actor's egress policy; it is not a Kubernetes object, so
 ``pulumi_kubernetes`` cannot manage it. This provider shells out to the ``kubectl ate`` plugin:
 
-    <kubectl> ate create egress-policy <actor> -a <atespace> --context <ctx> -f - -o json
+    <kubectl> ate create egress-policy <actor> -a <atespace> --context <ctx> -f -
     <kubectl> ate get    egress-policy <actor> -a <atespace> --context <ctx> -o json
-    <kubectl> ate update egress-policy <actor> -a <atespace> --context <ctx> -f - -o json
+    <kubectl> ate update egress-policy <actor> -a <atespace> --context <ctx> -f -
     <kubectl> ate delete egress-policy <actor> -a <atespace> --context <ctx>
 
+Only ``get`` is documented with ``-o``, so ``create`` and ``update`` are run without it and their
+output is not read: after a successful write, a ``get -o json`` reads the uid, version and rules.
+
 ``--context`` goes after the plugin name: kubectl refuses global flags placed before a plugin
-("flags cannot be placed before plugin name"), and kubectl-ate has its own ``--context`` flag.
+("flags cannot be placed before plugin name"), so the flag reaches kubectl-ate itself. A
+kubectl-ate build without that flag answers ``unknown flag: --context``; that is reported as a
+version skew with the instructions to rebuild kubectl-ate at the pinned Substrate ref.
 
 Pulumi pickles the provider object (dill) into the state; it carries no attributes, and everything
 it calls lives at the top level of this importable module.
@@ -48,6 +53,7 @@ ACTOR_NOT_FOUND = "ActorNotFound"
 FAILED_PRECONDITION = "FailedPrecondition"
 ABORTED = "Aborted"
 UNKNOWN_FIELD = "UnknownField"
+UNKNOWN_FLAG = "UnknownFlag"
 INVALID_ARGUMENT = "InvalidArgument"
 PLUGIN_MISSING = "PluginMissing"
 UNAVAILABLE = "Unavailable"
@@ -72,6 +78,7 @@ _CODE_RE = re.compile(r"code\s*=\s*([A-Za-z_]+)", re.IGNORECASE)
 _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (PLUGIN_MISSING, re.compile(r'unknown command "?ate"?|kubectl-ate: (command )?not found', re.IGNORECASE)),
     (UNKNOWN_FIELD, re.compile(r"unknown field", re.IGNORECASE)),
+    (UNKNOWN_FLAG, re.compile(r"unknown (shorthand )?flag", re.IGNORECASE)),
     (FAILED_PRECONDITION, re.compile(r"failed[\s_]*precondition|parent actor does not exist", re.IGNORECASE)),
     (ACTOR_NOT_FOUND, re.compile(r'actor "[^"]*" in atespace "[^"]*" not found', re.IGNORECASE)),
     (NOT_FOUND, re.compile(r"has no egress policy", re.IGNORECASE)),
@@ -85,6 +92,16 @@ _FALLBACK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (UNAVAILABLE, re.compile(r"unavailable|deadline[\s_]*exceeded|failed to connect", re.IGNORECASE)),
     (PERMISSION_DENIED, re.compile(r"permission[\s_]*denied|unauthenticated|forbidden", re.IGNORECASE)),
 )
+
+
+# cobra's wording: "unknown flag: --context", "unknown shorthand flag: 'o' in -o".
+_UNKNOWN_FLAG_RE = re.compile(r"unknown (?:shorthand )?flag:\s*(?:'[^']*' in )?(-{1,2}[A-Za-z0-9][-A-Za-z0-9]*)")
+
+
+def unknown_flag_of(output: str) -> str:
+    """The flag a cobra CLI rejected as unknown (``--context``, ``-o``), or ``""``."""
+    match = _UNKNOWN_FLAG_RE.search(output)
+    return match.group(1) if match else ""
 
 
 def classify_failure(output: str) -> str:
@@ -222,14 +239,14 @@ class AteClient:
             ) from exc
         result = CliResult(command, proc.returncode, stdout, stderr)
         if not result.ok:
-            result = CliResult(
-                command, proc.returncode, stdout, stderr, classify_failure(stderr + "\n" + stdout)
-            )
+            result = CliResult(command, proc.returncode, stdout, stderr, classify_failure(stderr + "\n" + stdout))
             if result.kind == PLUGIN_MISSING:
                 raise KubectlAteMissingError(
                     f"`{command}` failed: the kubectl plugin `ate` is not installed "
                     f"({_first_line(stderr)}); {build_instructions(self.substrate_ref)}"
                 )
+            if result.kind == UNKNOWN_FLAG:
+                raise VersionSkewError(self._unknown_flag_message(result))
             if result.kind == UNKNOWN_FIELD:
                 raise VersionSkewError(
                     f"`{command}` failed: a field was rejected as unknown ({_last_line(stderr)}). "
@@ -238,6 +255,25 @@ class AteClient:
                     "Substrate version"
                 )
         return result
+
+    def _unknown_flag_message(self, result: CliResult) -> str:
+        flag = unknown_flag_of(result.stderr + "\n" + result.stdout) or "a flag"
+        detail = _first_line(result.stderr) or _first_line(result.stdout)
+        if flag == "--context":
+            why = (
+                f"this kubectl-ate build has no --context flag, so it cannot be pointed at kube context "
+                f"{self.kube_context!r} (kubectl passes flags after the plugin name to the plugin, and "
+                "refuses them before it). It is not the kubectl-ate of the pinned Substrate version"
+            )
+        else:
+            why = (
+                f"this kubectl-ate build does not know {flag}, which the pinned Substrate version's "
+                "kubectl-ate takes; kubectl-ate and this program are out of step"
+            )
+        return (
+            f"`{result.command}` failed: kubectl-ate rejected {flag} as an unknown flag ({detail}): "
+            f"{why}. Rebuild it: {build_instructions(self.substrate_ref)}"
+        )
 
     # -- the four verbs
 
@@ -259,10 +295,12 @@ class AteClient:
         raise self.failure(result, "read")
 
     def create(self, document: Mapping[str, Any]) -> CliResult:
-        return self.run("create", "-f", "-", "-o", "json", stdin=json.dumps(document))
+        """Write a new policy. Its output is not parsed (``-o`` is documented for ``get`` only)."""
+        return self.run("create", "-f", "-", stdin=json.dumps(document))
 
     def update(self, document: Mapping[str, Any]) -> CliResult:
-        return self.run("update", "-f", "-", "-o", "json", stdin=json.dumps(document))
+        """Overwrite the policy (``document`` carries uid and version). Its output is not parsed."""
+        return self.run("update", "-f", "-", stdin=json.dumps(document))
 
     def delete(self) -> CliResult:
         return self.run("delete")
@@ -359,7 +397,9 @@ def upsert(client: AteClient, inputs: PolicyInputs, *, create_first: bool) -> di
     ``create_first`` (Pulumi create): create; on AlreadyExists, get, compare and update only if
     different. Otherwise (Pulumi update): get first and update with the fresh uid and version.
     Either way, Aborted (a stale uid/version) and races with a concurrent create or delete are
-    retried up to :data:`UPDATE_ATTEMPTS` times.
+    retried up to :data:`UPDATE_ATTEMPTS` times. After a successful write the policy is read back
+    with ``get`` (create and update print nothing this relies on); if it is gone by then, the loop
+    goes round again.
     """
     egress.require_valid(inputs)
     desired = egress.desired_rules(inputs)
@@ -371,7 +411,10 @@ def upsert(client: AteClient, inputs: PolicyInputs, *, create_first: bool) -> di
         if try_create:
             result = client.create(egress.build_policy(inputs))
             if result.ok:
-                return _parse_policy(result)
+                written = client.get()
+                if written is not None:
+                    return written
+                continue  # deleted right after our create: create it again
             if result.kind != ALREADY_EXISTS:
                 raise client.failure(result, "create")
         live = client.get()
@@ -385,7 +428,11 @@ def upsert(client: AteClient, inputs: PolicyInputs, *, create_first: bool) -> di
         document = egress.build_policy(inputs, uid=metadata.get("uid"), version=metadata.get("version"))
         result = client.update(document)
         if result.ok:
-            return _parse_policy(result)
+            written = client.get()
+            if written is not None:
+                return written
+            try_create = True  # deleted right after our update
+            continue
         if result.kind == ABORTED:
             aborted += 1
             continue
@@ -411,19 +458,28 @@ class ActorEgressPolicyProvider(dyn.ResourceProvider):
     serialize_as_secret_always = False  # it captures nothing secret
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
+        """Validate and normalise the inputs, and add ``rules``: the normalised rules that will be
+        sent, so that the engine (and the policy pack) see the document, not only its parameters.
+        ``diff`` never reads ``rules`` from the inputs, so this adds no change of its own."""
+        news = {k: v for k, v in news.items() if k != "rules"}
         if _contains_unknown(news):
             return dyn.CheckResult(news, [])
         inputs = PolicyInputs.from_props(news)
         failures = [dyn.CheckFailure(p.field or "rules", p.message) for p in egress.input_problems(inputs)]
-        return dyn.CheckResult({**news, **inputs.to_props()}, failures)
+        return dyn.CheckResult({**news, **inputs.to_props(), "rules": egress.desired_rules(inputs)}, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        unknown = [k for k, v in news.items() if k != PROVIDER_KEY and _contains_unknown(v)]
+        unknown = [k for k, v in news.items() if k not in (PROVIDER_KEY, "rules") and _contains_unknown(v)]
         if unknown:
             replaces = [k for k in egress.REPLACE_KEYS if k in unknown or olds.get(k) != news.get(k)]
-            return dyn.DiffResult(changes=True, replaces=replaces)
+            delete_first = any(k in replaces for k in egress.DELETE_FIRST_KEYS)
+            return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=delete_first)
         decision = egress.diff_decision(olds, news)
-        return dyn.DiffResult(changes=decision.changes, replaces=decision.replaces)
+        return dyn.DiffResult(
+            changes=decision.changes,
+            replaces=decision.replaces,
+            delete_before_replace=decision.delete_before_replace,
+        )
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         inputs = _inputs_of(props)

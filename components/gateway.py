@@ -9,8 +9,8 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.core.v1 import Namespace
 
 from components.k8s import custom_resource
-from components.manifests import common_labels, gateway_hostname, gateway_manifests
-from components.settings import StackSettings
+from components.manifests import common_labels, gateway_manifests
+from components.settings import GATEWAY_HOSTNAME, StackSettings
 
 
 class ModelGateway(pulumi.ComponentResource):
@@ -43,7 +43,7 @@ class ModelGateway(pulumi.ComponentResource):
                 # Agent Router's webhook must be up before Envoy pods are created for this Gateway.
                 depends.extend(controller)
             self.resources[manifest.kind] = custom_resource(manifest, self, depends)
-        self.hostname = gateway_hostname(settings)
+        self.hostname = GATEWAY_HOSTNAME
         self.register_outputs({"hostname": self.hostname, "namespace": settings.gateway.namespace})
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 
 from components.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, BudgetRules
 from components.settings import (
-    ENVOY_GATEWAY_NAMESPACE,
+    GATEWAY_CONTROLLER_NAME,
     GATEWAY_SERVICE_NAME,
     Provider,
     Route,
@@ -33,7 +33,6 @@ IDP_BACKEND_NAME = "substrate-idp"
 MOCK_MODEL_NAME = "mock-model"
 MOCK_MODEL_PORT = 8080
 MODEL_HEADER = "x-ai-eg-model"
-CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
 API_KEY_SECRET_FIELD = "apiKey"  # the data key Agent Router reads from a provider Secret
 
 
@@ -59,10 +58,6 @@ class Manifest:
         if self.namespace:
             meta["namespace"] = self.namespace
         return meta
-
-    def to_object(self) -> dict[str, Any]:
-        """The whole object, as `kubectl apply` would send it."""
-        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": self.metadata(), "spec": self.spec}
 
 
 def common_labels() -> dict[str, str]:
@@ -93,7 +88,7 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
             "GatewayClass",
             GATEWAY_CLASS_NAME,
             None,
-            {"controllerName": CONTROLLER_NAME},
+            {"controllerName": GATEWAY_CONTROLLER_NAME},
         ),
         Manifest(
             "gateway.envoyproxy.io/v1alpha1",
@@ -137,12 +132,6 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
             },
         ),
     ]
-
-
-def gateway_hostname(settings: StackSettings) -> str:
-    """The in-cluster name agents call (and every egress policy allows)."""
-    del settings  # fixed by the EnvoyProxy above; kept as a function so callers don't hard-code it
-    return f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local"
 
 
 # ---------------------------------------------------------------------------------------------------------

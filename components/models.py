@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pulumi
+import pulumi_random as random
 from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.core.v1 import Secret
 
@@ -23,7 +24,7 @@ class Models(pulumi.ComponentResource):
         self,
         name: str,
         settings: StackSettings,
-        provider_keys: Mapping[str, pulumi.Output[str]],
+        provider_keys: Mapping[str, pulumi.Output[str]],  # remote providers' keys, from secret config
         gateway_crds: Sequence[pulumi.Resource] = (),
         ai_crds: Sequence[pulumi.Resource] = (),
         namespace: Sequence[pulumi.Resource] = (),
@@ -32,6 +33,16 @@ class Models(pulumi.ComponentResource):
         super().__init__("agent-budgets:models:Models", name, None, opts)
         self.key_secrets = {}
         for provider in settings.providers:
+            if provider.needs_api_key:
+                key = provider_keys[provider.name]
+            else:  # the in-cluster mock checks that the gateway sends this generated key
+                generated = random.RandomPassword(
+                    f"{name}-{provider.name}-generated-key",
+                    length=40,
+                    special=False,
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+                key = generated.result
             # The key only ever lives here, as a secret, next to the gateway: never in a sandbox.
             self.key_secrets[provider.name] = Secret(
                 f"{name}-{provider.name}-key",
@@ -41,7 +52,7 @@ class Models(pulumi.ComponentResource):
                     "labels": common_labels(),
                 },
                 type="Opaque",
-                string_data={API_KEY_SECRET_FIELD: pulumi.Output.secret(provider_keys[provider.name])},
+                string_data={API_KEY_SECRET_FIELD: pulumi.Output.secret(key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(namespace)),
             )
         self.resources = {}

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.manifests import common_labels
-from components.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, StackSettings
+from components.settings import (
+    ENVOY_GATEWAY_NAMESPACE,
+    GATEWAY_CONTROLLER_NAME,
+    PROJECT,
+    RedisSettings,
+    StackSettings,
+)
 
 # --- charts and releases ---------------------------------------------------------------------------------
 
@@ -36,7 +42,6 @@ AGENT_ROUTER_NAMESPACE = "envoy-ai-gateway-system"
 
 # --- Envoy Gateway configuration -------------------------------------------------------------------------
 
-GATEWAY_CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
 AGENT_ROUTER_CONTROLLER = "ai-gateway-controller"
 EXTENSION_SERVER_PORT = 1063
 EXTENSION_SERVER_HOST = f"{AGENT_ROUTER_CONTROLLER}.{AGENT_ROUTER_NAMESPACE}.svc.cluster.local"
@@ -231,35 +236,6 @@ def release_specs(settings: StackSettings) -> tuple[ReleaseSpec, ReleaseSpec, Re
 
 
 # --- secrets the platform needs ---------------------------------------------------------------------------
-
-
-def required_secret_keys(settings: StackSettings) -> list[str]:
-    """Pulumi secret config keys (without the project prefix) the platform layer reads."""
-    return [settings.redis.password_config] if settings.redis.mode == "external" else []
-
-
-def secret_set_command(key: str, stack: str | None = None) -> str:
-    """The command that stores one secret config value."""
-    command = f"pulumi config set --secret {PROJECT}:{key} <value>"
-    return f"{command} --stack {stack}" if stack else command
-
-
-def missing_password_message(redis: RedisSettings, stack: str | None = None) -> str:
-    """Why an external Redis cannot be used yet, and the exact command that fixes it."""
-    return (
-        f"{PROJECT}:{redis.password_config} is not set: {PROJECT}:redis.mode is external, so the program "
-        f"needs the external Redis password (or username:password for an ACL user). "
-        f"Run `{secret_set_command(redis.password_config, stack)}`"
-    )
-
-
-def plain_password_message(redis: RedisSettings, stack: str | None = None) -> str:
-    """Why a Redis password stored in plain text is refused, and how to store it as a secret."""
-    key = f"{PROJECT}:{redis.password_config}"
-    return (
-        f"{key} is stored in plain text in Pulumi.<stack>.yaml: remove it with `pulumi config rm {key}`, "
-        f"then run `{secret_set_command(redis.password_config, stack)}`"
-    )
 
 
 # --- the in-cluster Redis server ---------------------------------------------------------------------------

@@ -12,16 +12,18 @@ from typing import Any
 import pulumi
 import pulumi.runtime.config as runtime_config
 
-from components.actor_egress import EgressSettings
+from components.actor_egress import EgressSettings as EgressPolicySettings
 from components.budget_rules import BudgetRules, compile_budget_rules
-from components.manifests import gateway_hostname
 from components.settings import (
-    KNOWN_PROVIDER_HOSTS,
+    GATEWAY_HOSTNAME,
     PROJECT,
+    SECRET_PLACEHOLDER,
     ConfigError,
     StackSettings,
     decode_config_value,
     parse_settings,
+    required_secrets,
+    secret_set_command,
 )
 
 SecretState = Callable[[str], tuple[bool, bool]]  # config key → (is set, is secret)
@@ -37,22 +39,10 @@ def read_raw_config(project: str = PROJECT) -> dict[str, Any]:
             continue
         if runtime_config.is_config_secret(full_key):
             # Secret values are read only where they are used (as Outputs); here, only their presence.
-            raw[full_key.removeprefix(prefix)] = "<secret>"
+            raw[full_key.removeprefix(prefix)] = SECRET_PLACEHOLDER
             continue
         raw[full_key.removeprefix(prefix)] = decode_config_value(runtime_config.get_config(full_key))
     return raw
-
-
-def required_secrets(settings: StackSettings) -> list[tuple[str, str]]:
-    """The secret config keys this stack needs, each with what it is for."""
-    needed = [
-        (provider.api_key_config_key, f"the API key of provider {provider.name!r} ({provider.kind})")
-        for provider in settings.providers
-        if provider.needs_api_key
-    ]
-    if settings.redis.mode == "external":
-        needed.append((settings.redis.password_config, "the password of the external Redis"))
-    return needed
 
 
 def secret_problems(settings: StackSettings, state: SecretState) -> list[str]:
@@ -60,7 +50,7 @@ def secret_problems(settings: StackSettings, state: SecretState) -> list[str]:
     problems: list[str] = []
     for key, purpose in required_secrets(settings):
         present, secret = state(key)
-        command = f"pulumi config set --secret {PROJECT}:{key} <value>"
+        command = secret_set_command(key)
         if not present:
             problems.append(f"{PROJECT}:{key} is not set: it holds {purpose}. Run `{command}`")
         elif not secret:
@@ -80,18 +70,18 @@ def egress_problems(settings: StackSettings) -> list[str]:
     return [f"{PROJECT}:substrate.egress: {problem}" for problem in settings_problems(egress_settings(settings))]
 
 
-def egress_settings(settings: StackSettings) -> EgressSettings:
+def egress_settings(settings: StackSettings) -> EgressPolicySettings:
     """The plain settings of the per-actor egress policies."""
     egress = settings.substrate.egress
     provider_hosts = [h for h in (p.effective_hostname for p in settings.providers) if h]
-    return EgressSettings(
+    return EgressPolicySettings(
         actors=list(settings.actors),
-        gateway_hostname=gateway_hostname(settings),
-        gateway_port=egress.port,
+        gateway_hostname=GATEWAY_HOSTNAME,
+        gateway_port=settings.gateway.port,
         audiences=[settings.substrate.audience],
         expiration_seconds=egress.expiration_seconds,
         extra_hostnames=list(egress.extra_hostnames),
-        provider_hosts=sorted({*provider_hosts, *KNOWN_PROVIDER_HOSTS}),
+        provider_hosts=sorted(set(provider_hosts)),
         kube_context=settings.kubernetes.context,
         kubectl=egress.kubectl,
         substrate_ref=settings.substrate.ref,

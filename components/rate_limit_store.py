@@ -28,8 +28,6 @@ from components.platform_values import (
     REDIS_CONFIG_MAP,
     REDIS_HEADLESS_NAME,
     REDIS_NAME,
-    missing_password_message,
-    plain_password_message,
     redis_labels,
     redis_namespace_labels,
     redis_network_policy_spec,
@@ -39,22 +37,18 @@ from components.platform_values import (
     redis_url,
     redis_uses_tls,
 )
-from components.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings
+from components.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, secret_set_command
 
 PASSWORD_LENGTH = 32
 
 
 def read_external_password(redis: RedisSettings) -> pulumi.Output[str]:
-    """The external Redis password from secret config; a clean `RunError` naming the fix when it is not usable.
-
-    Call it before registering anything: a missing or plain-text password must stop the run first.
-    """
-    value = pulumi.Config(PROJECT).get_secret(redis.password_config)
-    stack = pulumi.get_stack()
-    if value is None:
-        raise pulumi.RunError(missing_password_message(redis, stack))
-    if not runtime_config.is_config_secret(f"{PROJECT}:{redis.password_config}"):
-        raise pulumi.RunError(plain_password_message(redis, stack))
+    """The external Redis password from secret config (program.load() has refused a missing one)."""
+    key = redis.password_config
+    value = pulumi.Config(PROJECT).get_secret(key)
+    if value is None or not runtime_config.is_config_secret(f"{PROJECT}:{key}"):
+        # Only reachable when the component is used outside the program; never echo the value.
+        raise pulumi.RunError(f"{PROJECT}:{key} must be set as a secret: run `{secret_set_command(key)}`")
     return value
 
 

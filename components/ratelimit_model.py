@@ -11,6 +11,11 @@ under which Redis key each one counts. It follows the translation described for 
 * Distinct contributes the header value; Exact / RegularExpression contribute key = value and gate the
   rule (with `invert`, the entry exists only when the value does NOT match);
 * if any match yields no entry, Envoy sends no descriptor for the rule: it does not apply.
+
+Some header matches pass the CRD but not the translation (internal/gatewayapi/backendtrafficpolicy.go
+`buildRateLimitRule`): Distinct with `invert: true` or with a `value`, Exact / RegularExpression without a
+`value`. Envoy Gateway then rejects the whole BackendTrafficPolicy and its routes answer 500, so no rule of
+it applies to anyone: `applied_rules` raises `ValueError` for such a policy rather than guess.
 """
 
 from __future__ import annotations
@@ -78,13 +83,60 @@ def _header_matches(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return headers
 
 
+def header_match_error(match: Mapping[str, Any]) -> str | None:
+    """Why Envoy Gateway's translation refuses this header match, or None when it accepts it.
+
+    Mirrors the `switch` over header matches in `buildRateLimitRule`: a missing type is Exact; Exact
+    and RegularExpression need a value; Distinct takes neither a value nor `invert: true`. (The pattern
+    of a RegularExpression is checked separately, by `regex_is_valid`.)
+    """
+    kind = match.get("type") or "Exact"
+    has_value = match.get("value") is not None
+    if kind == "Distinct":
+        if match.get("invert") is True:
+            return (
+                'a Distinct match with invert: true (Envoy Gateway: "Invert is not applicable for distinct '
+                'header match type"); drop invert, or exclude actors with an inverted Exact or '
+                "RegularExpression match on the same header"
+            )
+        if has_value:
+            return (
+                f"a Distinct match with a value ({match.get('value')!r}): Distinct counts every value "
+                "separately and must not name one; drop the value, or use type Exact"
+            )
+        return None
+    if kind in ("Exact", "RegularExpression"):
+        return None if has_value else f"a{'n' if kind == 'Exact' else ''} {kind} match without a value"
+    return f"a match of unknown type {kind!r} (Exact, RegularExpression or Distinct)"
+
+
+def translation_errors(rules: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every header match Envoy Gateway refuses to translate, one message each (rule and match named)."""
+    errors: list[str] = []
+    for index, rule in enumerate(rules):
+        for position, match in enumerate(_header_matches(rule)):
+            problem = header_match_error(match)
+            if problem is not None:
+                errors.append(f"rule {index} match {position} ({match.get('name')}) is {problem}")
+    return errors
+
+
 def applied_rules(
     policy_namespace: str,
     policy_name: str,
     rules: Sequence[Mapping[str, Any]],
     request_headers: Mapping[str, str],
 ) -> list[AppliedRule]:
-    """Every rule whose descriptor Envoy would send for a request with these headers."""
+    """Every rule whose descriptor Envoy would send for a request with these headers.
+
+    Raises ValueError when Envoy Gateway would reject the policy at translation (see `translation_errors`).
+    """
+    errors = translation_errors(rules)
+    if errors:
+        raise ValueError(
+            f"Envoy Gateway rejects BackendTrafficPolicy {policy_namespace}/{policy_name} at translation, so "
+            f"the whole policy fails (its routes answer 500 and no rule applies): {'; '.join(errors)}"
+        )
     headers = {name.lower(): value for name, value in request_headers.items()}
     applied: list[AppliedRule] = []
     shared_seen = 0
@@ -106,9 +158,9 @@ def applied_rules(
         for position, match in enumerate(_header_matches(rule)):
             key = f"rule-{domain_index}-match-{position}"
             value = headers.get(str(match["name"]).lower())
-            kind = match.get("type", "Exact")
+            kind = match.get("type") or "Exact"
             if kind == "Distinct":
-                if value is None or match.get("invert"):
+                if value is None:  # no header, no descriptor entry
                     applies = False
                     break
                 entries.append((key, value))
@@ -116,9 +168,9 @@ def applied_rules(
             if value is None:
                 matched = False
             elif kind == "Exact":
-                matched = value == match.get("value")
+                matched = value == match["value"]
             else:
-                matched = regex_full_match(str(match.get("value", "")), value)
+                matched = regex_full_match(str(match["value"]), value)
             if matched == bool(match.get("invert", False)):
                 applies = False
                 break

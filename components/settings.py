@@ -24,6 +24,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from components import egress
+
 PROJECT = "agent-budgets"
 
 # Envoy Gateway v1.9 RateLimitValue.requests is a uint32 (api/v1alpha1/ratelimit_types.go).
@@ -32,7 +34,11 @@ RATE_LIMIT_UNITS = ("Second", "Minute", "Hour", "Day", "Week", "Month", "Year")
 # The fixed Service the EnvoyProxy gives the data plane: every egress policy names this host.
 GATEWAY_SERVICE_NAME = "agent-router"
 ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
-GATEWAY_HOSTNAME = f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local"
+# The controller name Envoy Gateway registers for GatewayClasses (its Helm values and our GatewayClass).
+GATEWAY_CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+GATEWAY_HOSTNAME = egress.GATEWAY_HOSTNAME
+if f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local" != GATEWAY_HOSTNAME:  # pragma: no cover
+    raise ImportError("the gateway's fixed Service name and the egress hostname disagree")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -40,28 +46,6 @@ _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-
-# Well-known model-provider API hosts: actors never get an egress rule toward these.
-KNOWN_PROVIDER_HOSTS = (
-    "api.openai.com",
-    "api.anthropic.com",
-    "generativelanguage.googleapis.com",
-    "aiplatform.googleapis.com",
-    "*.openai.azure.com",
-    "*.services.ai.azure.com",
-    "api.mistral.ai",
-    "api.cohere.com",
-    "api.cohere.ai",
-    "api.groq.com",
-    "api.together.xyz",
-    "openrouter.ai",
-    "api.deepseek.com",
-    "api.x.ai",
-    "api.fireworks.ai",
-    "api.perplexity.ai",
-    "api.router.tetrate.ai",
-)
-
 
 class ConfigError(ValueError):
     """A stack configuration that agent-budgets refuses, with a message a user can act on."""
@@ -145,14 +129,14 @@ class BudgetClass(Limit):
         return _check_dns_label(value, "class name")
 
 
-class Budgets(_Model):
+class BudgetsConfig(_Model):
     """`agent-budgets:budgets`: the default budget and the ordered, append-only classes."""
 
     default: Limit
     classes: list[BudgetClass] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _unique_class_names(self) -> Budgets:
+    def _unique_class_names(self) -> BudgetsConfig:
         seen: set[str] = set()
         for index, budget_class in enumerate(self.classes):
             if budget_class.name in seen:
@@ -316,11 +300,10 @@ class IdpTrust(_Model):
     config_map: str = "substrate-idp-ca"
 
 
-class EgressSettings(_Model):
-    """The per-actor Substrate egress policy: one http rule toward the gateway with an actor JWT."""
+class EgressConfig(_Model):
+    """The per-actor Substrate egress policy: one http rule toward the gateway (on `gateway.port`)."""
 
     enabled: bool = True
-    port: int = Field(default=80, ge=1, le=65535)
     expiration_seconds: int = Field(default=900, ge=300, le=3600)
     extra_hostnames: list[str] = Field(default_factory=list, max_length=255)
     kubectl: str = "kubectl"
@@ -337,7 +320,7 @@ class SubstrateSettings(_Model):
     idp_port: int = Field(default=443, ge=1, le=65535)
     audience: str = Field(default="agent-router", min_length=1, max_length=512)
     trust: IdpTrust = Field(default_factory=IdpTrust)
-    egress: EgressSettings = Field(default_factory=EgressSettings)
+    egress: EgressConfig = Field(default_factory=EgressConfig)
 
     @field_validator("issuer", "jwks_uri")
     @classmethod
@@ -513,7 +496,7 @@ class StackSettings(_Model):
     """The whole `agent-budgets:*` configuration of one stack."""
 
     actors: list[ActorId]
-    budgets: Budgets
+    budgets: BudgetsConfig
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     providers: list[Provider] = Field(default_factory=lambda: [Provider(name="mock", kind="mock")])
@@ -581,6 +564,14 @@ class StackSettings(_Model):
                 models_seen[model] = route.name
         if len([p for p in self.providers if p.kind == "mock"]) > 1:
             raise ValueError(f"{PROJECT}:providers declares more than one mock: one in-cluster mock model is enough")
+        if any(p.kind == "anthropic" for p in self.providers) and version_tuple(
+            self.platform.agent_router_version
+        ) < (1, 2, 0):
+            raise ValueError(
+                f"{PROJECT}:providers has an anthropic provider, but Agent Router "
+                f"{self.platform.agent_router_version} cannot translate /v1/chat/completions to Anthropic's "
+                "API: set agent-budgets:platform.agentRouterVersion to v1.2.0 or newer"
+            )
         self._check_extra_hostnames()
         return self
 
@@ -588,23 +579,14 @@ class StackSettings(_Model):
         provider_hosts = [h for h in (p.effective_hostname for p in self.providers) if h]
         for index, host in enumerate(self.substrate.egress.extra_hostnames):
             where = f"{PROJECT}:substrate.egress.extraHostnames[{index}]"
-            if not is_hostname_pattern(host):
-                raise ValueError(
-                    f"{where} {host!r} is not a lowercase DNS name or a '*.' wildcard pattern"
-                )
+            problem = egress.hostname_problem(host)
+            if problem:
+                raise ValueError(f"{where}: {problem}")
             if host == GATEWAY_HOSTNAME:
-                raise ValueError(f"{where} {host!r} is the gateway itself: it already has its own rule")
-            for provider_host in (*provider_hosts, *KNOWN_PROVIDER_HOSTS):
-                if hostname_patterns_overlap(host, provider_host):
-                    raise ValueError(
-                        f"{where} {host!r} reaches model provider host {provider_host!r}: actors must call "
-                        "models only through the gateway, which holds the provider keys; remove it"
-                    )
-
-    @property
-    def classes_by_actor(self) -> dict[str, str]:
-        """Which class (by name) each class member belongs to."""
-        return {actor: c.name for c in self.budgets.classes for actor in c.actors}
+                raise ValueError(f"{where}: {host!r} is the gateway itself, which already has its own rule")
+            clashes = egress.provider_host_problems([("extra_hostnames", host)], provider_hosts)
+            if clashes:
+                raise ValueError(f"{where}: {clashes[0].message}")
 
     @property
     def mock_provider(self) -> Provider | None:
@@ -630,31 +612,11 @@ def check_actor_id(actor: str, where: str) -> None:
         )
 
 
-def is_hostname_pattern(host: str) -> bool:
-    """A lowercase DNS name, optionally with `*` as the whole left-most label (Substrate's rule)."""
-    if host == "*":
-        return True
-    name = host[2:] if host.startswith("*.") else host
-    return len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name)) and "*" not in name
-
-
-def hostname_patterns_overlap(a: str, b: str) -> bool:
-    """True when some hostname matches both patterns (a `*.` wildcard stands for one or more labels)."""
-    if "*" in (a, b) or a == b:
-        return True
-    a_wild, b_wild = a.startswith("*."), b.startswith("*.")
-    a_base, b_base = a.removeprefix("*."), b.removeprefix("*.")
-    if a_wild and b_wild:
-        return a_base.endswith("." + b_base) or b_base.endswith("." + a_base)
-    if a_wild:
-        return b.endswith("." + a_base)
-    if b_wild:
-        return a.endswith("." + b_base)
-    return False
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Loading from the raw configuration map.
+
+# What the program's config reader puts in place of a secret's value: validation needs only presence.
+SECRET_PLACEHOLDER = "<secret>"
 
 _TOP_LEVEL_KEYS = {field.alias or name: name for name, field in StackSettings.model_fields.items()}
 
@@ -700,7 +662,10 @@ def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
         settings = StackSettings.model_validate(known)
     except ValidationError as exc:
         problems.extend(_format_error(error) for error in exc.errors())
-    secret_keys = secret_config_keys(settings) if settings else set()
+    if settings is not None:
+        secret_keys = {key for key, _ in required_secrets(settings)}
+    else:  # don't call the user's secrets unknown just because another key is wrong
+        secret_keys = {key for key, value in raw.items() if value == SECRET_PLACEHOLDER}
     unknown = sorted(set(raw) - set(_TOP_LEVEL_KEYS) - secret_keys)
     problems[:0] = [
         f"{PROJECT}:{key}: unknown configuration key. Known keys: {', '.join(sorted(_TOP_LEVEL_KEYS))}"
@@ -712,12 +677,21 @@ def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
     return settings
 
 
-def secret_config_keys(settings: StackSettings) -> set[str]:
-    """The config keys (without prefix) this stack reads as secrets."""
-    keys = {p.api_key_config_key for p in settings.providers if p.needs_api_key}
+def required_secrets(settings: StackSettings) -> list[tuple[str, str]]:
+    """The secret config keys (without prefix) this stack needs, each with what it holds."""
+    needed = [
+        (provider.api_key_config_key, f"the API key of provider {provider.name!r} ({provider.kind})")
+        for provider in settings.providers
+        if provider.needs_api_key
+    ]
     if settings.redis.mode == "external":
-        keys.add(settings.redis.password_config)
-    return keys
+        needed.append((settings.redis.password_config, "the password of the external Redis"))
+    return needed
+
+
+def secret_set_command(key: str) -> str:
+    """The command that stores a secret the right way."""
+    return f"pulumi config set --secret {PROJECT}:{key} <value>"
 
 
 def decode_config_value(value: Any) -> Any:

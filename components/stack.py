@@ -6,7 +6,6 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import pulumi_random as random
 
 from components.actor_egress import ActorEgressPolicies
 from components.budget_rules import BudgetRules
@@ -31,15 +30,12 @@ def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
 
 
 def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
-    """Each provider's key: from secret config, or generated for the in-cluster mock."""
-    keys: dict[str, pulumi.Output[str]] = {}
-    for provider in settings.providers:
-        if provider.needs_api_key:
-            keys[provider.name] = secret_config(provider.api_key_config_key)
-        else:
-            generated = random.RandomPassword(f"{provider.name}-api-key", length=40, special=False)
-            keys[provider.name] = pulumi.Output.secret(generated.result)
-    return keys
+    """Each remote provider's key, from secret config (program.load() has checked they are set)."""
+    return {
+        provider.name: secret_config(provider.api_key_config_key)
+        for provider in settings.providers
+        if provider.needs_api_key
+    }
 
 
 def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
@@ -93,7 +89,7 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
     if settings.substrate.egress.enabled:
         ActorEgressPolicies("actor-egress", egress_settings(settings))
 
-    return {
+    outputs: dict[str, Any] = {
         "gatewayUrl": f"http://{gateway.hostname}:{settings.gateway.port}",
         "actors": len(settings.actors),
         "budgetRules": rules.summary(),
@@ -101,3 +97,7 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         "redisMode": settings.redis.mode,
         "failClosed": settings.rate_limit.fail_closed,
     }
+    if not settings.platform.install:
+        # Whoever installs Envoy Gateway must give it these values (they hold no secret: only references).
+        outputs["envoyGatewayValues"] = platform.envoy_gateway_values
+    return outputs

@@ -14,8 +14,10 @@ shape, plus what the cluster adds).
 
 The rules reuse the program's facts rather than restating them: Envoy Gateway's caps and the cost
 metadata from `components/budget_rules.py`, the rule-translation model in
-`components/ratelimit_model.py`, the gateway hostname and provider hosts from `components/settings.py`
-and `components/egress.py` (whose `build_rules` is exactly what the dynamic provider sends).
+`components/ratelimit_model.py`, the gateway hostname, provider hosts and actor-JWT lifetime from
+`components/egress.py` (whose `build_rules` is exactly what the dynamic provider sends), the chart and
+Redis names from `components/platform_values.py`. These are pure modules: importing them starts no Pulumi
+program.
 """
 
 from __future__ import annotations
@@ -48,19 +50,33 @@ from components.budget_rules import (
     MAX_VALUE_LENGTH,
     actor_subject,
 )
-from components.egress import WELL_KNOWN_PROVIDER_HOSTS, PolicyInputs, build_rules, patterns_overlap
-from components.ratelimit_model import regex_is_valid, rules_for_actor
-from components.settings import GATEWAY_HOSTNAME, KNOWN_PROVIDER_HOSTS, PROJECT
+from components.egress import (
+    AUTH_HEADER,
+    AUTH_PREFIX,
+    DEFAULT_AUDIENCES,
+    DEFAULT_EXPIRATION_SECONDS,
+    GATEWAY_HOSTNAME,
+    MAX_EXPIRATION_SECONDS,
+    MIN_EXPIRATION_SECONDS,
+    WELL_KNOWN_PROVIDER_HOSTS,
+    PolicyInputs,
+    build_rules,
+    patterns_overlap,
+)
+from components.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
+from components.ratelimit_model import header_match_error, regex_is_valid, rules_for_actor, translation_errors
+from components.settings import PROJECT
 
 PACK_NAME = "agent-budgets"
 DYNAMIC_RESOURCE_TYPE = "pulumi-python:dynamic:Resource"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
-ENVOY_GATEWAY_CHART = "gateway-helm"
+# The chart's last path segment (`gateway-helm`): a release may name it by OCI reference or repo/chart.
+ENVOY_GATEWAY_CHART_NAME = ENVOY_GATEWAY_CHART.rstrip("/").rsplit("/", 1)[-1]
 DEFAULT_DEV_STACKS: tuple[str, ...] = ("dev",)
-AUTHORIZATION = "authorization"
-BEARER_PREFIX = "Bearer "
-MIN_JWT_SECONDS, MAX_JWT_SECONDS = 300, 3600
-REDIS_NAME = "redis"
+AUTHORIZATION = AUTH_HEADER.lower()
+GATEWAY_AUDIENCE = ", ".join(DEFAULT_AUDIENCES)
+# Kinds whose BackendTrafficPolicy overrides a Gateway-level one unless it sets mergeType.
+ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute"})
 # A subject in no budget class: it must land in exactly one rule (the default) like any unlisted actor.
 PROBE_ACTOR = "policy-probe/unlisted-actor"
 
@@ -337,7 +353,9 @@ def check_backend_removes_authorization(resource: Resource, config: Mapping[str,
 
 
 def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """Every rule keyed on `x-actor-id`: global, shared, free request, response charged in total tokens."""
+    """Every rule keyed on `x-actor-id`: global, shared, free request, response charged in total tokens; and
+    no header match in the policy that Envoy Gateway refuses to translate (Distinct with invert or a value,
+    Exact or RegularExpression without a value)."""
     del config
     if not resource.is_kind("gateway.envoyproxy.io", "BackendTrafficPolicy"):
         return []
@@ -349,6 +367,7 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
                 f"{who}: local rate-limit rule {index} is keyed on {ACTOR_HEADER}: a local limit counts per "
                 "Envoy replica and forgets on restart, so it is no budget. Move it under rateLimit.global.rules"
             )
+    problems.extend(_translation_problems(resource))
     for index, rule in enumerate(global_rules(resource)):
         if not keyed_on_actor(rule):
             continue
@@ -388,6 +407,31 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
                 f"cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
                 "reports for every response and stream"
             )
+    return problems
+
+
+def _translation_problems(resource: Resource) -> list[str]:
+    """Header matches Envoy Gateway refuses to translate, in a policy holding budget rules.
+
+    One such match anywhere in the policy (budget rule or not) makes Envoy Gateway reject the whole
+    BackendTrafficPolicy: its routes answer 500 and no budget counts.
+    """
+    budget = [*global_rules(resource), *local_rules(resource)]
+    if not any(keyed_on_actor(rule) for rule in budget):
+        return []
+    problems: list[str] = []
+    for scope, scoped_rules in (("global", global_rules(resource)), ("local", local_rules(resource))):
+        for index, rule in enumerate(scoped_rules):
+            for position, match in enumerate(header_matches(rule)):
+                if has_unknown(match):
+                    continue
+                problem = header_match_error(match)
+                if problem is not None:
+                    problems.append(
+                        f"{resource.describe()}: {scope} rate-limit rule {index} header match {position} "
+                        f"({match.get('name')}) is {problem}. Envoy Gateway rejects it at translation although "
+                        "the CRD accepts it: the whole policy fails, its routes answer 500 and no budget counts"
+                    )
     return problems
 
 
@@ -449,7 +493,8 @@ def check_actor_header_untouched(resource: Resource, config: Mapping[str, Any]) 
 
 
 def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """A JWT SecurityPolicy: required token, audiences on every provider, and `sub` → `x-actor-id`."""
+    """A JWT SecurityPolicy: a valid token required (neither `optional` nor `failOpen`), audiences on every
+    provider, and `sub` → `x-actor-id`."""
     del config
     if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
         return []
@@ -463,6 +508,11 @@ def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> 
             f"{who}: jwt.optional is true: a request without a token would pass with no {ACTOR_HEADER} and "
             "so with no budget. Remove optional (or set it to false)"
         )
+    if jwt.get("failOpen") is True:
+        problems.append(
+            f"{who}: jwt.failOpen is true: a request with a missing or invalid token would pass with no "
+            f"{ACTOR_HEADER} and so with no budget. Remove failOpen (or set it to false)"
+        )
     providers = [p for p in as_list(jwt.get("providers")) if isinstance(p, dict)]
     if not providers:
         problems.append(f"{who}: jwt has no providers: add the Substrate IdP provider")
@@ -472,7 +522,7 @@ def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> 
         if not has_unknown(audiences) and not any(isinstance(a, str) and a for a in as_list(audiences)):
             problems.append(
                 f"{who}: {label} has no audiences: any token the issuer signs, for any service, would be "
-                "accepted here. Set audiences to the one the egress policies request (agent-router)"
+                f"accepted here. Set audiences to the one the egress policies request ({GATEWAY_AUDIENCE})"
             )
         claims = provider.get("claimToHeaders")
         if not has_unknown(claims) and not copies_sub_to_actor_header(provider):
@@ -510,7 +560,7 @@ def provider_hosts(resource: Resource) -> list[str]:
     """Model-provider host patterns no actor may reach: the configured ones and every well-known one."""
     configured = [h for h in as_list(resource.props.get("provider_hosts")) if isinstance(h, str)]
     hosts: list[str] = []
-    for host in (*configured, *KNOWN_PROVIDER_HOSTS, *WELL_KNOWN_PROVIDER_HOSTS):
+    for host in (*configured, *WELL_KNOWN_PROVIDER_HOSTS):
         if host not in hosts:
             hosts.append(host)
     return hosts
@@ -518,13 +568,15 @@ def provider_hosts(resource: Resource) -> list[str]:
 
 def check_egress_reaches_only_the_gateway(resource: Resource, config: Mapping[str, Any]) -> list[str]:
     """An actor's egress policy: one http rule for the gateway swapping Authorization for a short-lived
-    actor JWT; any other rule is an effect-free tlsPassthrough toward a non-provider host."""
+    actor JWT, and nothing else. Only with the pack config `allowExtraHostnames: true` may other rules
+    exist, each an effect-free tlsPassthrough toward a host that is neither a model provider nor the gateway."""
     if not is_egress_policy(resource):
         return []
     rules = _egress_rules(resource)
     if rules is None:
         return []
     gateway = str(config.get("gatewayHostname") or GATEWAY_HOSTNAME)
+    allow_extra = config.get("allowExtraHostnames") is True
     who = resource.describe()
     problems: list[str] = []
     jwt_rules = 0
@@ -538,10 +590,17 @@ def check_egress_reaches_only_the_gateway(resource: Resource, config: Mapping[st
             jwt_rules += 1
             problems.extend(_jwt_rule_problems(where, kind, hosts, headers, gateway))
             continue
+        if not allow_extra:
+            problems.append(
+                f"{where} for {hosts} is not the gateway rule: every egress policy holds only the http rule for "
+                f"{gateway} (this pack's allowExtraHostnames is false). Remove {hosts} from "
+                f"{PROJECT}:substrate.egress.extraHostnames"
+            )
+            continue
         if kind != "tlsPassthrough":
             problems.append(
                 f"{where} for {hosts} has no actor-JWT effect: besides the gateway rule only tlsPassthrough "
-                "rules (agent-budgets:substrate.egress.extraHostnames) are allowed. Remove it"
+                f"rules ({PROJECT}:substrate.egress.extraHostnames) are allowed. Remove it"
             )
             continue
         for host in hosts:
@@ -600,24 +659,26 @@ def _jwt_rule_problems(
         if not jwt:
             problems.append(f"{where} replaces {entry.get('header')!r} without an actorJwt source: use actorJwt")
             continue
-        if entry.get("prefix") != BEARER_PREFIX:
+        if entry.get("prefix") != AUTH_PREFIX:
             problems.append(
                 f"{where} uses prefix {entry.get('prefix')!r}: the gateway's JWT filter reads "
-                f"'Authorization: Bearer <token>', so the prefix must be {BEARER_PREFIX!r}"
+                f"'Authorization: Bearer <token>', so the prefix must be {AUTH_PREFIX!r}"
             )
         if not any(isinstance(a, str) and a for a in as_list(jwt.get("audiences"))):
-            problems.append(f"{where} requests an actor JWT without audiences: request the gateway's (agent-router)")
+            problems.append(
+                f"{where} requests an actor JWT without audiences: request the gateway's ({GATEWAY_AUDIENCE})"
+            )
         seconds = jwt.get("expirationSeconds", jwt.get("expiration_seconds"))
         if isinstance(seconds, str) and seconds.strip().isdigit():
             seconds = int(seconds)
         if isinstance(seconds, float) and seconds.is_integer():
             seconds = int(seconds)
         valid = isinstance(seconds, int) and not isinstance(seconds, bool)
-        if not valid or not MIN_JWT_SECONDS <= seconds <= MAX_JWT_SECONDS:
+        if not valid or not MIN_EXPIRATION_SECONDS <= seconds <= MAX_EXPIRATION_SECONDS:
             problems.append(
                 f"{where}: actorJwt.expirationSeconds is {seconds!r}: it must be a whole number from "
-                f"{MIN_JWT_SECONDS} to {MAX_JWT_SECONDS} (Substrate refuses others; 900 is the default). Fix "
-                f"{PROJECT}:substrate.egress.expirationSeconds"
+                f"{MIN_EXPIRATION_SECONDS} to {MAX_EXPIRATION_SECONDS} (Substrate refuses others; "
+                f"{DEFAULT_EXPIRATION_SECONDS} is the default). Fix {PROJECT}:substrate.egress.expirationSeconds"
             )
     return problems
 
@@ -700,7 +761,7 @@ def check_fails_closed_outside_dev(resource: Resource, config: Mapping[str, Any]
     if resource.type != HELM_RELEASE_TYPE:
         return []
     chart = resource.props.get("chart")
-    if not isinstance(chart, str) or chart.rstrip("/").rsplit("/", 1)[-1] != ENVOY_GATEWAY_CHART:
+    if not isinstance(chart, str) or chart.rstrip("/").rsplit("/", 1)[-1] != ENVOY_GATEWAY_CHART_NAME:
         return []
     stack = stack_of_urn(resource.urn)
     dev_stacks = config.get("devStacks")
@@ -713,7 +774,7 @@ def check_fails_closed_outside_dev(resource: Resource, config: Mapping[str, Any]
         return []
     return [
         f"{resource.describe()}: stack {stack!r} fails open: when Redis or the rate-limit service is down, "
-        "every agent calls the models with no budget at all. Set agent-budgets:rateLimit.failClosed: true "
+        f"every agent calls the models with no budget at all. Set {PROJECT}:rateLimit.failClosed: true "
         f"(or list {stack!r} in this policy's devStacks if it is a throwaway stack)"
     ]
 
@@ -728,7 +789,7 @@ def check_idp_trust_verifies(resource: Resource, config: Mapping[str, Any]) -> l
     return [
         f"{resource.describe()} skips TLS verification: whoever can answer for the IdP's name can serve "
         "their own signing keys and mint any actor's identity (and spend its budget). Set "
-        "agent-budgets:substrate.trust.mode to clusterTrustBundle or configMap"
+        f"{PROJECT}:substrate.trust.mode to clusterTrustBundle or configMap"
     ]
 
 
@@ -791,6 +852,8 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
             continue  # unknown during preview, or already reported as an invalid pattern
         namespace = policy.resource.namespace
         name = str(dig(policy.resource.props, "metadata", "name") or policy.resource.name)
+        if translation_errors(policy.rules):
+            continue  # Envoy Gateway rejects the whole policy: reported by budget-rules-charge-llm-tokens
         for actor in [*actors, PROBE_ACTOR]:
             applied = rules_for_actor(namespace, name, policy.rules, actor_subject(actor))
             if len(applied) == 1:
@@ -839,7 +902,7 @@ def _cap_problems(policy: _BudgetPolicy) -> list[StackProblem]:
             problems.append(
                 StackProblem(
                     f"{who}: rule {index} has {len(selectors)} client selectors, over Envoy Gateway's "
-                    f"{MAX_SELECTORS}: lower agent-budgets:budgetPolicy.exclusionSlots",
+                    f"{MAX_SELECTORS}: lower {PROJECT}:budgetPolicy.exclusionSlots",
                     urn,
                 )
             )
@@ -892,6 +955,41 @@ def _jwt_presence_problems(resources: Sequence[Resource], budget_policies: list[
                     policy.resource.urn,
                 )
             )
+    return problems
+
+
+def target_kinds(resource: Resource) -> set[str]:
+    """Kinds a policy attaches to, through targetRef, targetRefs or targetSelectors."""
+    refs = [resource.spec.get("targetRef"), *as_list(resource.spec.get("targetRefs"))]
+    refs += as_list(resource.spec.get("targetSelectors"))
+    return {ref["kind"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("kind"), str)}
+
+
+def check_route_policies_merge(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
+    """While a budget policy targets a Gateway, every BackendTrafficPolicy on an HTTPRoute or GRPCRoute sets
+    `mergeType`: without it the route's policy replaces the Gateway's, budget rules included."""
+    del config
+    budget_policies = [r for r in resources if is_budget_policy(r) and target_kinds(r) & {"Gateway", "ListenerSet"}]
+    if not budget_policies:
+        return []
+    budget = budget_policies[0]
+    problems: list[StackProblem] = []
+    for resource in resources:
+        if not resource.is_kind("gateway.envoyproxy.io", "BackendTrafficPolicy") or resource in budget_policies:
+            continue
+        routes = sorted(target_kinds(resource) & ROUTE_KINDS)
+        merge_type = resource.spec.get("mergeType")
+        if not routes or merge_type is UNKNOWN or (isinstance(merge_type, str) and merge_type):
+            continue
+        problems.append(
+            StackProblem(
+                f"{resource.describe()} targets {' and '.join(routes)} without mergeType: on those routes it "
+                f"replaces {budget.describe()}, so their calls count against no budget. Set "
+                "spec.mergeType: StrategicMerge (merged into the Gateway's policy), or move its settings "
+                "into the Gateway-level policy",
+                resource.urn,
+            )
+        )
     return problems
 
 
@@ -997,7 +1095,9 @@ budget_rules_charge_llm_tokens = ResourceValidationPolicy(
     name="budget-rules-charge-llm-tokens",
     description=(
         "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor, free on the request "
-        "and charged the response's io.envoy.ai_gateway/llm_total_token."
+        "and charged the response's io.envoy.ai_gateway/llm_total_token; no header match of the budget policy "
+        "is one Envoy Gateway rejects at translation (Distinct with invert or a value, Exact or "
+        "RegularExpression without a value)."
     ),
     validate=_resource_validation(check_budget_rules_charge_tokens),
     enforcement_level=EnforcementLevel.MANDATORY,
@@ -1014,7 +1114,10 @@ actor_header_untouched = ResourceValidationPolicy(
 
 jwt_names_the_actor = ResourceValidationPolicy(
     name="jwt-names-the-actor",
-    description="The JWT SecurityPolicy requires a token, checks its audiences and copies its sub into x-actor-id.",
+    description=(
+        "The JWT SecurityPolicy requires a valid token (neither optional nor failOpen), checks its audiences "
+        "and copies its sub into x-actor-id."
+    ),
     validate=_resource_validation(check_jwt_names_the_actor),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.CRITICAL,
@@ -1023,14 +1126,19 @@ jwt_names_the_actor = ResourceValidationPolicy(
 egress_reaches_only_the_gateway = ResourceValidationPolicy(
     name="egress-reaches-only-the-gateway",
     description=(
-        "Each actor's egress policy swaps Authorization for a 300-3600 s actor JWT toward the gateway only; "
-        "extra hosts are effect-free tlsPassthrough rules and never model providers."
+        f"Each actor's egress policy holds only the http rule for the gateway, swapping Authorization for a "
+        f"{MIN_EXPIRATION_SECONDS}-{MAX_EXPIRATION_SECONDS} s actor JWT; any other rule is a violation. Config "
+        "allowExtraHostnames (default false) set to true also admits effect-free tlsPassthrough rules toward "
+        "hosts that are neither model providers nor the gateway."
     ),
     validate=_resource_validation(check_egress_reaches_only_the_gateway),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.CRITICAL,
     config_schema=PolicyConfigSchema(
-        properties={"gatewayHostname": {"type": "string", "default": GATEWAY_HOSTNAME}},
+        properties={
+            "gatewayHostname": {"type": "string", "default": GATEWAY_HOSTNAME},
+            "allowExtraHostnames": {"type": "boolean", "default": False},
+        },
     ),
 )
 
@@ -1049,6 +1157,17 @@ budget_rules_cover_each_actor_once = StackValidationPolicy(
         "within Envoy Gateway's caps."
     ),
     validate=_stack_validation(check_budget_coverage),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+route_policies_merge_with_the_budget = StackValidationPolicy(
+    name="route-policies-merge-with-the-budget",
+    description=(
+        "While a budget policy targets the Gateway, every BackendTrafficPolicy on an HTTPRoute or GRPCRoute "
+        "(such as the HTTPRoute an AIGatewayRoute generates) sets mergeType, so it does not replace the budget."
+    ),
+    validate=_stack_validation(check_route_policies_merge),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.HIGH,
 )
@@ -1089,6 +1208,7 @@ MANDATORY_POLICIES: list[Policy] = [
     jwt_names_the_actor,
     egress_reaches_only_the_gateway,
     budget_rules_cover_each_actor_once,
+    route_policies_merge_with_the_budget,
     provider_keys_only_in_secrets,
 ]
 ADVISORY_POLICIES: list[Policy] = [

@@ -5,7 +5,11 @@ It emulates what the provider relies on, as documented for kubectl and kubectl-a
 
 * kubectl's plugin dispatch: a flag before the plugin name is refused ("flags cannot be placed
   before plugin name"), and a missing plugin gives ``unknown command "ate" for "kubectl"``;
-* ``ate {create,get,update,delete} egress-policy <actor> -a <atespace> [--context c] [-f -] [-o json]``;
+* ``ate {create,get,update,delete} egress-policy <actor> -a <atespace> [--context c] [-f -]``, with
+  ``-o json|yaml`` on ``get`` only: as in the reference, ``-o`` is documented for ``get`` alone, so
+  ``create``, ``update`` and ``delete`` refuse it the way cobra refuses an unknown flag
+  ("unknown shorthand flag: 'o' in -o") and print only a confirmation line, never the policy;
+* ``ate delete actor <actor> -a <atespace>``, which deletes the actor's policy with it;
 * strict protojson manifests (lowerCamel or proto names; unknown fields rejected);
 * a uid per policy and a version that grows on every write; update needs both, and a stale pair
   is Aborted; AlreadyExists on a second create; FailedPrecondition for a missing actor; ``get`` of
@@ -18,6 +22,8 @@ State lives in the JSON file named by ``FAKE_ATE_STATE``. Knobs in that file:
     actors                  ["<atespace>/<name>", ...] that exist
     policies                {"<atespace>/<name>": policy} (written by the fake; tests may seed it)
     contexts                if set, the only kube contexts that exist
+    unknown_flags           flags this kubectl-ate build does not have, e.g. ["--context"]
+                            (cobra: "unknown flag: --context")
     plugin_missing          true: kubectl has no "ate" plugin
     sleep_seconds           sleep this long before answering (to force a timeout)
     abort_updates           answer Aborted to this many updates, then behave
@@ -42,6 +48,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 STATE_ENV = "FAKE_ATE_STATE"
@@ -195,16 +202,30 @@ VALUE_FLAGS = {
 }
 
 
-def parse_ate_args(args: list[str]) -> tuple[list[str], dict[str, str]]:
+GET_ONLY_FLAGS = ("-o", "--output")
+
+
+def unknown_flag(arg: str) -> CliError:
+    """cobra's wording for a flag the command does not define."""
+    if arg.startswith("--"):
+        return CliError(f"unknown flag: {arg.partition('=')[0]}")
+    return CliError(f"unknown shorthand flag: {arg[1:2]!r} in {arg}")
+
+
+def parse_ate_args(args: list[str], missing: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """Positional arguments and flags; ``missing`` are flags this build does not define."""
     positional: list[str] = []
     flags: dict[str, str] = {"output": "table"}
+    get_only: list[str] = []
     i = 0
     while i < len(args):
         arg = args[i]
         if arg.startswith("-") and arg != "-":
             name, eq, inline = arg.partition("=")
-            if name not in VALUE_FLAGS:
-                raise CliError(f"unknown flag: {name}")
+            if name not in VALUE_FLAGS or name in missing:
+                raise unknown_flag(arg)
+            if name in GET_ONLY_FLAGS:
+                get_only.append(arg)
             if eq:
                 flags[VALUE_FLAGS[name]] = inline
             else:
@@ -215,6 +236,8 @@ def parse_ate_args(args: list[str]) -> tuple[list[str], dict[str, str]]:
         else:
             positional.append(arg)
         i += 1
+    if get_only and positional[:1] != ["get"]:
+        raise unknown_flag(get_only[0])  # -o is defined on get only
     return positional, flags
 
 
@@ -246,7 +269,9 @@ def main(argv: list[str]) -> int:
 
 
 def run_ate(args: list[str], stdin_text: str, state: dict[str, Any]) -> int:
-    positional, flags = parse_ate_args(args)
+    positional, flags = parse_ate_args(args, state.get("unknown_flags", ()))
+    if positional[:2] == ["delete", "actor"] and len(positional) == 3 and "atespace" in flags:
+        return delete_actor(state, flags["atespace"], positional[2])
     if len(positional) < 2 or positional[1] not in ("egress-policy", "egress-policies"):
         raise CliError(f'unknown command "{" ".join(positional)}" for "kubectl-ate"')
     verb, _, *names = positional
@@ -274,6 +299,16 @@ def run_ate(args: list[str], stdin_text: str, state: dict[str, Any]) -> int:
     actor, atespace = names[0], flags["atespace"]
     handler = {"create": do_create, "get": do_get, "update": do_update, "delete": do_delete}[verb]
     return handler(state, atespace, actor, flags, stdin_text)
+
+
+def delete_actor(state: dict[str, Any], atespace: str, actor: str) -> int:
+    key = f"{atespace}/{actor}"
+    if key not in state.get("actors", []):
+        raise CliError(f"{who(atespace, actor)} not found")
+    state["actors"].remove(key)
+    state.get("policies", {}).pop(key, None)  # the actor's egress policy goes with it
+    print(f"{who(atespace, actor)} deleted")
+    return 0
 
 
 def who(atespace: str, actor: str) -> str:
@@ -357,8 +392,8 @@ def do_create(state: dict[str, Any], atespace: str, actor: str, flags: dict[str,
     if key in state.get("policies", {}):
         raise CliError(prefix + "code = AlreadyExists desc = EgressPolicy already exists")
     state["next_uid"] = state.get("next_uid", 0) + 1
-    stored = store(state, key, policy, uid=f"uid-{state['next_uid']:04d}", version=1)
-    print_policy(stored, actor, flags, state)
+    store(state, key, policy, uid=f"uid-{state['next_uid']:04d}", version=1)
+    print(f"egress policy for {who(atespace, actor)} created")
     return 0
 
 
@@ -411,8 +446,8 @@ def do_update(state: dict[str, Any], atespace: str, actor: str, flags: dict[str,
             '"get egress-policy -o yaml" and reapply the edit: rpc error: code = Aborted desc = '
             "EgressPolicy uid or version does not match"
         )
-    stored = store(state, key, policy, uid=current["metadata"]["uid"], version=current["metadata"]["version"] + 1)
-    print_policy(stored, actor, flags, state)
+    store(state, key, policy, uid=current["metadata"]["uid"], version=current["metadata"]["version"] + 1)
+    print(f"egress policy for {who(atespace, actor)} updated")
     return 0
 
 

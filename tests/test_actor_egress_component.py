@@ -81,8 +81,8 @@ def policies_of(mocks: RecordingMocks) -> dict[str, dict]:
 def test_one_policy_per_actor_with_the_right_inputs():
     mocks, resolved = run_program(settings(gateway_port=8080, extra_hostnames=["pypi.org"]))
     policies = policies_of(mocks)
-    assert sorted(policies) == ["egress-agents-actor-a", "egress-agents-actor-b", "egress-team-x-actor-c"]
-    assert policies["egress-team-x-actor-c"] == {
+    assert sorted(policies) == ["egress-agents.actor-a", "egress-agents.actor-b", "egress-team-x.actor-c"]
+    assert policies["egress-team-x.actor-c"] == {
         "atespace": "team-x",
         "actor": "actor-c",
         "kube_context": "kind-dev",
@@ -102,8 +102,8 @@ def test_one_policy_per_actor_with_the_right_inputs():
     assert set(component.policies) == {"agents/actor-a", "agents/actor-b", "team-x/actor-c"}
     assert all(isinstance(p, ActorEgressPolicy) for p in component.policies.values())
     urn, policy_id, uid = resolved["policies"]["team-x/actor-c"]
-    assert urn.endswith(f"::{COMPONENT_TYPE}${DYNAMIC_TYPE}::egress-team-x-actor-c")  # parent=component
-    assert (policy_id, uid) == ("team-x/actor-c", "uid-egress-team-x-actor-c")
+    assert urn.endswith(f"::{COMPONENT_TYPE}${DYNAMIC_TYPE}::egress-team-x.actor-c")  # parent=component
+    assert (policy_id, uid) == ("team-x/actor-c", "uid-egress-team-x.actor-c")
 
 
 def test_each_policy_carries_the_pickled_provider():
@@ -116,7 +116,7 @@ def test_each_policy_carries_the_pickled_provider():
 def test_removing_an_actor_removes_only_its_policy():
     before = policies_of(run_program(settings())[0])
     after = policies_of(run_program(settings(actors=["agents/actor-a", "team-x/actor-c"]))[0])
-    assert set(before) - set(after) == {"egress-agents-actor-b"}
+    assert set(before) - set(after) == {"egress-agents.actor-b"}
     assert set(after) <= set(before)
     assert {n: before[n] for n in after} == after  # the others are registered exactly as before
 
@@ -125,9 +125,9 @@ def test_adding_an_actor_adds_only_its_policy():
     before = policies_of(run_program(settings())[0])
     grown = ["agents/actor-a", "agents/actor-new", "agents/actor-b", "team-x/actor-c"]
     after = policies_of(run_program(settings(actors=grown))[0])
-    assert set(after) - set(before) == {"egress-agents-actor-new"}
+    assert set(after) - set(before) == {"egress-agents.actor-new"}
     assert {n: after[n] for n in before} == before
-    assert after["egress-agents-actor-new"]["actor"] == "actor-new"
+    assert after["egress-agents.actor-new"]["actor"] == "actor-new"
 
 
 def test_a_setting_change_reaches_every_policy_and_renames_nothing():
@@ -138,7 +138,18 @@ def test_a_setting_change_reaches_every_policy_and_renames_nothing():
 
 
 def test_resource_names_are_stable_per_actor():
-    assert policy_resource_name("agents/actor-a") == "egress-agents-actor-a"
+    assert policy_resource_name("agents/actor-a") == "egress-agents.actor-a"
+
+
+def test_actors_differing_only_in_where_the_dash_falls_get_distinct_policies():
+    pairs = ["team-a/bot", "team/a-bot", "a-b/c", "a/b-c"]
+    assert settings_problems(settings(actors=pairs)) == []
+    mocks, resolved = run_program(settings(actors=pairs))
+    policies = policies_of(mocks)
+    assert sorted(policies) == ["egress-a-b.c", "egress-a.b-c", "egress-team-a.bot", "egress-team.a-bot"]
+    assert (policies["egress-team-a.bot"]["atespace"], policies["egress-team-a.bot"]["actor"]) == ("team-a", "bot")
+    assert (policies["egress-team.a-bot"]["atespace"], policies["egress-team.a-bot"]["actor"]) == ("team", "a-bot")
+    assert {ref: v[1] for ref, v in resolved["policies"].items()} == {ref: ref for ref in pairs}
 
 
 @pytest.mark.parametrize(
@@ -151,8 +162,10 @@ def test_resource_names_are_stable_per_actor():
         ),
         ({"expiration_seconds": 60}, "expirationSeconds 60 must be an integer from 300 to 3600"),
         ({"actors": ["actor-a"]}, 'must be written "<atespace>/<name>"'),
-        ({"actors": ["agents/actor-a", "agents/actor-a"]}, "is listed twice"),
-        ({"actors": ["a-b/c", "a/b-c"]}, "both map to the Pulumi resource name 'egress-a-b-c'"),
+        (
+            {"actors": ["agents/actor-a", "agents/actor-b", "agents/actor-a"]},
+            "actor 'agents/actor-a' is listed twice (both would be the Pulumi resource 'egress-agents.actor-a')",
+        ),
         ({"kube_context": ""}, "kube context is empty"),
     ],
 )

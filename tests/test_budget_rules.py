@@ -28,13 +28,13 @@ from components.budget_rules import (
     re2_escape,
 )
 from components.ratelimit_model import UNIT_SECONDS, AppliedRule, rules_for_actor
-from components.settings import Budgets, ConfigError
+from components.settings import BudgetsConfig, ConfigError
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
 
 def make_budgets(default: tuple[int, str] = (500, "Day"), classes: list[tuple[str, int, str, list[str]]] = ()):
-    return Budgets.model_validate(
+    return BudgetsConfig.model_validate(
         {
             "default": {"tokens": default[0], "per": default[1]},
             "classes": [{"name": n, "tokens": t, "per": p, "actors": a} for n, t, p, a in classes],
@@ -147,7 +147,7 @@ CLASSES = [
 ]
 
 
-def identities(budgets: Budgets, actors: list[str], slots: int = 8) -> dict[str, tuple]:
+def identities(budgets: BudgetsConfig, actors: list[str], slots: int = 8) -> dict[str, tuple]:
     return counter_identities(compile_budget_rules(budgets, slots).specs(), actors)
 
 

@@ -421,6 +421,36 @@ def test_gateway_hostname_on_a_provider_is_rejected():
     assert message.startswith("gateway hostname 'api.openai.com' reaches model provider host")
 
 
+REQUIRED_PROVIDER_HOSTS = (
+    "api.openai.com",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+    "aiplatform.googleapis.com",
+    "*.openai.azure.com",
+    "*.services.ai.azure.com",
+    "api.mistral.ai",
+    "api.cohere.com",
+    "api.cohere.ai",
+    "api.groq.com",
+    "api.together.xyz",
+    "openrouter.ai",
+    "api.deepseek.com",
+    "api.x.ai",
+    "api.fireworks.ai",
+    "api.perplexity.ai",
+    "api.router.tetrate.ai",
+)
+
+
+@pytest.mark.parametrize("host", REQUIRED_PROVIDER_HOSTS)
+def test_well_known_provider_hosts_are_checked_without_any_configured(host):
+    assert host in egress.WELL_KNOWN_PROVIDER_HOSTS
+    reach = host.replace("*", "myres")
+    problems = egress.provider_host_problems([("extra_hostnames", reach)], [])
+    assert len(problems) == 1 and f"reaches model provider host {host!r}" in problems[0].message
+    assert egress.provider_host_problems([("extra_hostnames", "pypi.org")], []) == []
+
+
 @pytest.mark.parametrize(
     ("a", "b", "overlap"),
     [
@@ -552,11 +582,25 @@ def test_diff_rule_change_updates_in_place(change):
     assert decision.changes is True and decision.replaces == [] and decision.reasons == ["rules"]
 
 
-def test_diff_target_changes():
-    assert egress.diff_decision(_state(), inputs(atespace="other").to_props()).replaces == ["atespace"]
-    assert egress.diff_decision(_state(), inputs(actor="actor-b").to_props()).replaces == ["actor"]
+def test_diff_target_changes_replace():
+    atespace = egress.diff_decision(_state(), inputs(atespace="other").to_props())
+    assert (atespace.changes, atespace.replaces, atespace.delete_before_replace) == (True, ["atespace"], False)
+    actor = egress.diff_decision(_state(), inputs(actor="actor-b").to_props())
+    assert (actor.changes, actor.replaces, actor.delete_before_replace) == (True, ["actor"], False)
+
+
+def test_diff_new_kube_context_replaces_deleting_first():
+    """Updating in place would write the policy in the new cluster and orphan the old one."""
     context = egress.diff_decision(_state(), inputs(kube_context="kind-other").to_props())
-    assert (context.changes, context.replaces, context.reasons) == (True, [], ["kube_context"])
+    assert (context.changes, context.replaces, context.reasons) == (True, ["kube_context"], ["kube_context"])
+    assert context.delete_before_replace is True
+    both = egress.diff_decision(_state(), inputs(kube_context="kind-other", gateway_port=8080).to_props())
+    assert (both.replaces, both.reasons) == (["kube_context"], ["kube_context", "rules"])
+
+
+def test_diff_ignores_rules_given_as_inputs():
+    news = {**inputs().to_props(), "rules": egress.desired_rules(inputs(gateway_port=8080))}
+    assert egress.diff_decision(_state(), news).changes is False
 
 
 def test_diff_ignores_operational_inputs():

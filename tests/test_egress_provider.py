@@ -99,6 +99,11 @@ def argv(verb: str, *extra: str, actor: str = "actor-a") -> list[str]:
     return ["ate", verb, "egress-policy", actor, "-a", "agents", "--context", "kind-test", *extra]
 
 
+CREATE = argv("create", "-f", "-")
+UPDATE = argv("update", "-f", "-")
+GET = argv("get", "-o", "json")
+
+
 # --- the fake itself behaves like the documented CLI ---------------------------------------------
 
 
@@ -114,6 +119,24 @@ def test_fake_get_of_a_missing_policy_exits_0_with_a_message(fake):
     assert 'actor "actor-a" in atespace "agents" has no egress policy' in result.stderr
 
 
+@pytest.mark.parametrize("verb", ["create", "update", "delete"])
+@pytest.mark.parametrize("flag", [["-o", "json"], ["-o=json"], ["--output", "json"]])
+def test_fake_defines_output_only_on_get(fake, verb, flag):
+    result = subprocess.run(
+        [fake.kubectl, *argv(verb, "-f", "-", *flag)], input="{}", capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "unknown shorthand flag: 'o' in -o" in result.stderr or "unknown flag: --output" in result.stderr
+    assert fake.policy() is None
+    assert fake.run(*argv("get", *flag)).returncode == 0
+
+
+def test_fake_create_and_update_print_no_policy(fake):
+    manifest = json.dumps(egress.build_policy(egress.PolicyInputs.from_props(props(fake))))
+    created = subprocess.run([fake.kubectl, *CREATE], input=manifest, capture_output=True, text=True, check=False)
+    assert created.returncode == 0 and "uid" not in created.stdout and "Authorization" not in created.stdout
+
+
 def test_fake_prints_int64_as_strings_like_protojson(fake, provider):
     provider.create(props(fake))
     printed = json.loads(fake.run(*argv("get", "-o", "json")).stdout)
@@ -127,7 +150,7 @@ def test_fake_prints_int64_as_strings_like_protojson(fake, provider):
 def test_create_new_policy(fake, provider):
     result = provider.create(props(fake))
     assert result.id == ID
-    assert fake.calls() == [argv("create", "-f", "-", "-o", "json")]
+    assert fake.calls() == [CREATE, GET]  # no -o on create: the policy is read back with get
     assert fake.stdin_of(0) == egress.build_policy(egress.PolicyInputs.from_props(props(fake)))
     outs = result.outs
     assert (outs["uid"], outs["version"]) == ("uid-0001", "1")
@@ -174,8 +197,7 @@ def test_create_already_exists_and_different_updates_with_fresh_preconditions(fa
     provider.create(props(fake, gateway_port=8080.0))
     fake.clear_calls()
     result = provider.create(props(fake))
-    assert fake.verbs() == ["create", "get", "update"]
-    assert fake.calls()[2] == argv("update", "-f", "-", "-o", "json")
+    assert fake.calls() == [CREATE, GET, UPDATE, GET]
     sent = fake.stdin_of(2)
     assert sent["metadata"] == {"atespace": "agents", "name": "default", "uid": "uid-0001", "version": "1"}
     assert (result.outs["uid"], result.outs["version"]) == ("uid-0001", "2")
@@ -185,7 +207,7 @@ def test_create_already_exists_and_different_updates_with_fresh_preconditions(fa
 def test_create_retries_when_the_existing_policy_vanished(fake, provider):
     fake.set(phantom_exists=1)
     result = provider.create(props(fake))
-    assert fake.verbs() == ["create", "get", "create"]
+    assert fake.verbs() == ["create", "get", "create", "get"]
     assert result.outs["version"] == "1"
 
 
@@ -240,12 +262,60 @@ def test_invalid_inputs_fail_before_any_call(fake, provider):
     assert fake.calls() == []
 
 
+def test_create_output_is_not_read(fake, provider):
+    fake.set(print_next={"create": "something no parser would take for a policy"})  # exits 0, stores nothing
+    provider.create(props(fake))
+    assert fake.verbs() == ["create", "get", "create", "get"]  # the get found nothing, so it created again
+    assert fake.policy()["metadata"]["uid"] == "uid-0001"
+
+
+def test_a_policy_deleted_right_after_create_is_created_again(fake, provider, monkeypatch):
+    real_get = ep.AteClient.get
+    gets = []
+
+    def get_after_a_concurrent_delete(client):
+        gets.append(1)
+        if len(gets) == 1:
+            fake.run(*argv("delete"))
+        return real_get(client)
+
+    monkeypatch.setattr(ep.AteClient, "get", get_after_a_concurrent_delete)
+    result = provider.create(props(fake))
+    assert fake.verbs() == ["create", "delete", "get", "create", "get"]
+    assert result.outs["uid"] == "uid-0002" == fake.policy()["metadata"]["uid"]
+
+
 def test_kube_context_is_passed_after_the_plugin_name(fake, provider):
     fake.set(contexts=["kind-test"])
     provider.create(props(fake))
     with pytest.raises(ep.KubectlAteCommandError, match='context "kind-other" does not exist'):
         provider.create(props(fake, kube_context="kind-other"))
     assert all(call[0] == "ate" for call in fake.calls())
+
+
+def test_kubectl_ate_without_a_context_flag_is_a_version_skew(fake, provider):
+    fake.set(unknown_flags=["--context"])
+    with pytest.raises(ep.VersionSkewError) as err:
+        provider.create(props(fake))
+    message = str(err.value)
+    assert "unknown flag: --context" in message
+    assert "this kubectl-ate build has no --context flag" in message and "'kind-test'" in message
+    assert "not the kubectl-ate of the pinned Substrate version" in message
+    assert "git checkout v0.5.0" in message and "go build -o <dir>/kubectl-ate ./cmd/kubectl-ate" in message
+    assert fake.verbs() == ["create"] and fake.policy() is None
+    with pytest.raises(ep.VersionSkewError, match="no --context flag"):
+        provider.read(ID, props(fake))
+    with pytest.raises(ep.VersionSkewError, match="no --context flag"):
+        provider.delete(ID, props(fake))
+
+
+def test_another_unknown_flag_is_a_version_skew_naming_the_flag(fake, provider):
+    fake.set(unknown_flags=["-a"])
+    with pytest.raises(ep.VersionSkewError) as err:
+        provider.read(ID, props(fake))
+    message = str(err.value)
+    assert "kubectl-ate rejected -a as an unknown flag" in message and "out of step" in message
+    assert "git checkout v0.5.0" in message
 
 
 # --- missing binary, missing plugin, timeout -----------------------------------------------------
@@ -287,7 +357,7 @@ def test_read_returns_the_live_policy(fake, provider):
     created = provider.create(props(fake)).outs
     result = provider.read(ID, {**created, "__provider": "serialized"})
     assert result.id == ID
-    assert fake.calls()[-1] == argv("get", "-o", "json")
+    assert fake.calls()[-1] == GET
     assert (result.outs["uid"], result.outs["version"], result.outs["rules"]) == (
         "uid-0001",
         "1",
@@ -363,10 +433,11 @@ def test_get_that_exits_0_without_policy_or_reason_is_an_error(fake, provider):
     ("printed", "fragment"),
     [("ATESPACE   ACTOR   RULES", "printed something that is not JSON"), ('{"rules": []}', "JSON without metadata")],
 )
-def test_unexpected_cli_output_is_an_error(fake, provider, printed, fragment):
-    fake.set(print_next={"create": printed})
+def test_unexpected_get_output_is_an_error(fake, provider, printed, fragment):
+    fake.set(print_next={"get": printed})
     with pytest.raises(ep.KubectlAteCommandError, match=fragment):
         provider.create(props(fake))
+    assert fake.verbs() == ["create", "get"]
 
 
 # --- update --------------------------------------------------------------------------------------
@@ -379,7 +450,7 @@ def test_update_uses_uid_and_version_from_a_fresh_get(fake, provider):
     fake.state_file.write_text(json.dumps(state))
     fake.clear_calls()
     result = provider.update(ID, created, props(fake, gateway_port=8080.0))
-    assert fake.calls() == [argv("get", "-o", "json"), argv("update", "-f", "-", "-o", "json")]
+    assert fake.calls() == [GET, UPDATE, GET]
     assert fake.stdin_of(1)["metadata"] == {"atespace": "agents", "name": "default", "uid": "uid-0001", "version": "7"}
     assert (result.outs["version"], result.outs["gateway_port"]) == ("8", 8080)
     assert result.outs["rules"][0]["http"]["ports"] == {"numbers": [8080]}
@@ -390,7 +461,7 @@ def test_update_retries_once_after_aborted(fake, provider):
     fake.set(abort_updates=1)
     fake.clear_calls()
     result = provider.update(ID, created, props(fake, expiration_seconds=1200.0))
-    assert fake.verbs() == ["get", "update", "get", "update"]
+    assert fake.verbs() == ["get", "update", "get", "update", "get"]
     assert result.outs["version"] == "2"
     assert jwt_of(fake.policy()["rules"])["expirationSeconds"] == 1200
 
@@ -418,7 +489,7 @@ def test_update_recreates_a_policy_deleted_out_of_band(fake, provider):
     fake.run(*argv("delete"))
     fake.clear_calls()
     result = provider.update(ID, created, props(fake, gateway_port=8080.0))
-    assert fake.verbs() == ["get", "create"]
+    assert fake.verbs() == ["get", "create", "get"]
     assert result.outs["uid"] == "uid-0002" and result.outs["version"] == "1"
 
 
@@ -427,7 +498,24 @@ def test_update_recreates_a_policy_deleted_between_get_and_update(fake, provider
     fake.set(vanish_on_update_once=True)
     fake.clear_calls()
     result = provider.update(ID, created, props(fake, gateway_port=8080.0))
-    assert fake.verbs() == ["get", "update", "create"]
+    assert fake.verbs() == ["get", "update", "create", "get"]
+    assert result.outs["rules"][0]["http"]["ports"] == {"numbers": [8080]}
+
+
+def test_update_recreates_a_policy_deleted_right_after_the_update(fake, provider, monkeypatch):
+    created = provider.create(props(fake)).outs
+    real_update = ep.AteClient.update
+
+    def update_then_a_concurrent_delete(client, document):
+        result = real_update(client, document)
+        fake.run(*argv("delete"))
+        return result
+
+    monkeypatch.setattr(ep.AteClient, "update", update_then_a_concurrent_delete)
+    fake.clear_calls()
+    result = provider.update(ID, created, props(fake, gateway_port=8080.0))
+    assert fake.verbs() == ["get", "update", "delete", "get", "create", "get"]
+    assert result.outs["uid"] == "uid-0002" == fake.policy()["metadata"]["uid"]
     assert result.outs["rules"][0]["http"]["ports"] == {"numbers": [8080]}
 
 
@@ -467,15 +555,25 @@ def test_delete(fake, provider):
 
 
 def test_delete_of_a_missing_policy_succeeds(fake, provider):
+    provider.create(props(fake, actor="actor-b"))
     assert fake.run(*argv("delete")).returncode == 1  # the CLI reports it as an error
-    provider.delete(ID, props(fake))
-    assert fake.verbs()[-1] == "delete"
+    fake.clear_calls()
+    assert provider.delete(ID, props(fake)) is None
+    assert fake.calls() == [argv("delete")]
+    assert fake.policy() is None and fake.policy("agents/actor-b") is not None  # the other one is untouched
 
 
 def test_delete_after_the_actor_is_gone_succeeds(fake, provider):
     provider.create(props(fake))
-    fake.set(actors=["agents/actor-b"])
-    provider.delete(ID, props(fake))
+    provider.create(props(fake, actor="actor-b"))
+    deleted = fake.run("ate", "delete", "actor", "actor-a", "-a", "agents", "--context", "kind-test")
+    assert deleted.returncode == 0
+    assert fake.policy() is None  # Substrate deletes the actor's policy with the actor
+    assert fake.run(*argv("delete")).returncode == 1  # the CLI reports the actor as not found
+    fake.clear_calls()
+    assert provider.delete(ID, props(fake)) is None
+    assert fake.calls() == [argv("delete")]
+    assert fake.state()["actors"] == ["agents/actor-b"] and fake.policy("agents/actor-b") is not None
 
 
 def test_delete_failure_raises(fake, provider):
@@ -506,10 +604,30 @@ def test_diff_of_a_rule_change_replaces_nothing(fake, provider, created):
 
 
 def test_diff_of_the_target(fake, provider, created):
-    assert provider.diff(ID, created, props(fake, actor="actor-b")).replaces == ["actor"]
+    actor = provider.diff(ID, created, props(fake, actor="actor-b"))
+    assert (actor.changes, actor.replaces, actor.delete_before_replace) == (True, ["actor"], False)
     assert provider.diff(ID, created, props(fake, atespace="other")).replaces == ["atespace"]
+
+
+def test_a_new_kube_context_replaces_the_policy_deleting_the_old_one_first(fake, provider, created):
     context = provider.diff(ID, created, props(fake, kube_context="kind-other"))
-    assert (context.changes, context.replaces) == (True, [])
+    assert (context.changes, context.replaces, context.delete_before_replace) == (True, ["kube_context"], True)
+    unknown = provider.diff(ID, created, props(fake, kube_context=pulumi.runtime.rpc.UNKNOWN))
+    assert (unknown.changes, unknown.replaces, unknown.delete_before_replace) == (True, ["kube_context"], True)
+
+
+def test_replacing_across_kube_contexts_leaves_no_orphan(fake, provider, created):
+    """The engine's delete-before-replace: delete with the old inputs, then create with the new."""
+    fake.set(contexts=["kind-test", "kind-other"])
+    news = provider.check(created, props(fake, kube_context="kind-other")).inputs
+    assert provider.diff(ID, created, news).delete_before_replace is True
+    fake.clear_calls()
+    provider.delete(ID, created)
+    outs = provider.create(news).outs
+    contexts = [call[call.index("--context") + 1] for call in fake.calls()]
+    assert [c[1] for c in fake.calls()] == ["delete", "create", "get"]
+    assert contexts == ["kind-test", "kind-other", "kind-other"]
+    assert outs["kube_context"] == "kind-other" and fake.policy() is not None
 
 
 def test_diff_ignores_cli_settings(fake, provider, created):
@@ -535,6 +653,37 @@ def test_check_accepts_and_normalises_valid_inputs(fake, provider):
     assert result.failures == []
     assert (result.inputs["gateway_port"], result.inputs["timeout_seconds"]) == (80, 10)
     assert result.inputs["__provider"] == "serialized"
+
+
+def test_check_adds_the_rules_that_will_be_sent(fake, provider):
+    news = props(fake, gateway_port=8080.0, extra_hostnames=["pypi.org"], rules=None)
+    rules = provider.check({}, news).inputs["rules"]
+    inputs = egress.PolicyInputs.from_props(news)
+    assert rules == egress.normalize_rules(egress.build_rules(inputs))
+    assert [next(iter(r)) for r in rules] == ["http", "tlsPassthrough"]
+    assert rules[0]["http"]["ports"] == {"numbers": [8080]}
+    assert jwt_of(rules) == {"audiences": ["agent-router"], "expirationSeconds": 900}
+    provider.create(provider.check({}, news).inputs)
+    assert egress.normalize_rules(fake.stdin_of(0)["rules"]) == rules  # what was sent
+    stale = provider.check({}, props(fake, rules=[{"http": {"hostnames": ["x.example"]}}])).inputs["rules"]
+    assert stale == egress.desired_rules(egress.PolicyInputs.from_props(props(fake)))  # always rebuilt
+
+
+def test_a_no_op_up_reports_no_changes(fake, provider):
+    """The engine's sequence for `pulumi up` twice with the same program: check, create; then
+    check (olds = the checked inputs) and diff against the stored outputs, also after a refresh."""
+    program = props(fake, rules=None)  # ActorEgressPolicy declares rules as an output
+    first = provider.check({}, program).inputs
+    created = provider.create(first)
+    state = {**created.outs, "__provider": "serialized"}
+    second = provider.check(first, program).inputs
+    assert second == first
+    decision = provider.diff(created.id, state, second)
+    assert (decision.changes, decision.replaces, decision.delete_before_replace) == (False, [], False)
+    refreshed = {**provider.read(created.id, state).outs, "__provider": "serialized"}
+    assert provider.diff(created.id, refreshed, second).changes is False
+    changed = provider.check(first, props(fake, expiration_seconds=1200.0)).inputs
+    assert provider.diff(created.id, state, changed).changes is True  # the check can fail
 
 
 def test_check_reports_each_bad_input(fake, provider):
@@ -578,11 +727,27 @@ def test_check_skips_validation_of_unknown_inputs(fake, provider):
         ("rpc error: code = DeadlineExceeded desc = x", ep.UNAVAILABLE),
         ("failed to connect to ate-api-server: boom", ep.UNAVAILABLE),
         ("rpc error: code = Unauthenticated desc = x", ep.PERMISSION_DENIED),
+        ("Error: unknown flag: --context", ep.UNKNOWN_FLAG),
+        ("Error: unknown shorthand flag: 'o' in -o", ep.UNKNOWN_FLAG),
         ("something else entirely", ep.UNKNOWN),
     ],
 )
 def test_classify_failure(text, kind):
     assert ep.classify_failure(text) == kind
+
+
+@pytest.mark.parametrize(
+    ("text", "flag"),
+    [
+        ("Error: unknown flag: --context\nUsage: ...", "--context"),
+        ("Error: unknown flag: --context=kind-x", "--context"),
+        ("Error: unknown shorthand flag: 'o' in -o", "-o"),
+        ("Error: unknown shorthand flag: 'o' in -o=json", "-o"),
+        ("Error: rpc error: code = NotFound", ""),
+    ],
+)
+def test_unknown_flag_of(text, flag):
+    assert ep.unknown_flag_of(text) == flag
 
 
 def test_provider_pickles_by_reference_and_loads_in_a_fresh_process():

@@ -269,18 +269,6 @@ def test_redis_namespace_enforces_restricted_pod_security():
     assert pv.redis_namespace_labels()["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-# --- secrets ----------------------------------------------------------------------------------------------
-
-
-def test_only_an_external_redis_needs_a_secret():
-    assert pv.required_secret_keys(settings()) == []
-    assert pv.required_secret_keys(settings(redis=EXTERNAL)) == ["redisPassword"]
-    assert pv.required_secret_keys(settings(redis={**EXTERNAL, "passwordConfig": "cachePass"})) == ["cachePass"]
-    message = pv.missing_password_message(settings(redis=EXTERNAL).redis, "prod")
-    assert "agent-budgets:redisPassword is not set" in message
-    assert "`pulumi config set --secret agent-budgets:redisPassword <value> --stack prod`" in message
-
-
 # --- stack files ------------------------------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from components.budget_rules import MATCHES_NOTHING
 from components.egress import PolicyInputs, build_rules
+from components.ratelimit_model import rules_for_actor, translation_errors
 from policy import rules
 from tests.support.program import run_program, stack_config
 
@@ -182,6 +183,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "jwt-names-the-actor",
         "egress-reaches-only-the-gateway",
         "budget-rules-cover-each-actor-once",
+        "route-policies-merge-with-the-budget",
         "provider-keys-only-in-secrets",
     }
     assert advisory == {
@@ -303,6 +305,29 @@ def _second_budget_policy(resources: list[Captured]) -> None:
     resources.append(twin)
 
 
+def _route_policy(
+    resources: list[Captured], kind: str = "HTTPRoute", route: str = "mock-small", **spec: Any
+) -> Captured:
+    """A BackendTrafficPolicy on one route (e.g. the HTTPRoute an AIGatewayRoute generates, same name)."""
+    original = find(resources, "BackendTrafficPolicy")
+    policy = Captured(
+        original.type,
+        f"backendtrafficpolicy-{route}-retries",
+        {
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "BackendTrafficPolicy",
+            "metadata": {"name": f"{route}-retries", "namespace": original.inputs["metadata"]["namespace"]},
+            "spec": {
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": kind, "name": route}],
+                "retry": {"numRetries": 2},
+                **spec,
+            },
+        },
+    )
+    resources.append(policy)
+    return policy
+
+
 def _drop(resources: list[Captured], kind: str) -> None:
     resources.remove(find(resources, kind))
 
@@ -402,6 +427,40 @@ BROKEN: list[Broken] = [
         "local rate-limit rule 0 is keyed on x-actor-id",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
+    Broken(
+        "distinct-inverted",
+        rules.budget_rules_charge_llm_tokens,
+        "dev",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][0].update(invert=True),
+        "global rate-limit rule 0 header match 0 (x-actor-id) is a Distinct match with invert: true",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "distinct-with-a-value",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[1]["clientSelectors"][0]["headers"][0].update(value="actor/agents/coder-1"),
+        "global rate-limit rule 1 header match 0 (x-actor-id) is a Distinct match with a value",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "class-regex-without-a-value",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[2]["clientSelectors"][0]["headers"][1].pop("value"),
+        "global rate-limit rule 2 header match 1 (x-actor-id) is a RegularExpression match without a value",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "non-budget-rule-exact-without-a-value",
+        rules.budget_rules_charge_llm_tokens,
+        "dev",
+        lambda rs: _budget_rules(rs).append(
+            {**_nothing_rule(), "clientSelectors": [{"headers": [{"name": "x-tenant", "type": "Exact"}]}]}
+        ),
+        "global rate-limit rule 1 header match 0 (x-tenant) is an Exact match without a value",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
     # -- nothing removes or sets x-actor-id on the way to the provider
     Broken(
         "backend-removes-actor-header",
@@ -482,6 +541,14 @@ BROKEN: list[Broken] = [
         "jwt.optional is true",
         "SecurityPolicy agent-budgets/agent-budgets-jwt",
     ),
+    Broken(
+        "jwt-fail-open",
+        rules.jwt_names_the_actor,
+        "prod",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"].update(failOpen=True),
+        "jwt.failOpen is true",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
     # -- every egress policy: only the gateway, actorJwt replacing Authorization, 300-3600 s
     Broken(
         "jwt-lifetime-too-short",
@@ -508,12 +575,31 @@ BROKEN: list[Broken] = [
         "egress policy of actor agents/actor-b",
     ),
     Broken(
+        "extra-hostname-by-default",
+        rules.egress_reaches_only_the_gateway,
+        "dev",
+        lambda rs: _egress(rs, "agents/actor-b").update(extra_hostnames=["pypi.org"]),
+        "egress rule 2 (tlsPassthrough) for ['pypi.org'] is not the gateway rule",
+        "egress policy of actor agents/actor-b",
+    ),
+    Broken(
+        "extra-hostname-when-explicitly-refused",
+        rules.egress_reaches_only_the_gateway,
+        "prod",
+        lambda rs: _egress(rs, "agents/support-2").update(extra_hostnames=["pypi.org", "files.pythonhosted.org"]),
+        "is not the gateway rule",
+        "egress policy of actor agents/support-2",
+        count=2,  # one tlsPassthrough rule per extra hostname
+        config={"allowExtraHostnames": False},
+    ),
+    Broken(
         "extra-hostname-is-a-provider",
         rules.egress_reaches_only_the_gateway,
         "prod",
         lambda rs: _egress(rs, "agents/support-1").update(extra_hostnames=["api.openai.com"]),
         "lets the actor reach model provider host 'api.openai.com'",
         "egress policy of actor agents/support-1",
+        config={"allowExtraHostnames": True},
     ),
     Broken(
         "extra-wildcard-covers-a-provider",
@@ -522,6 +608,7 @@ BROKEN: list[Broken] = [
         lambda rs: _egress(rs, "agents/actor-a").update(extra_hostnames=["*.anthropic.com"]),
         "lets the actor reach model provider host 'api.anthropic.com'",
         "egress policy of actor agents/actor-a",
+        config={"allowExtraHostnames": True},
     ),
     Broken(
         "stored-credential-instead-of-actor-jwt",
@@ -560,6 +647,7 @@ BROKEN: list[Broken] = [
         lambda rs: _with_rules(rs, "agents/actor-a", lambda doc: doc.append({"https": {"hostnames": ["example.com"]}})),
         "egress rule 2 (https) for ['example.com'] has no actor-JWT effect",
         "egress policy of actor agents/actor-a",
+        config={"allowExtraHostnames": True},
     ),
     Broken(
         "no-gateway-rule",
@@ -572,6 +660,7 @@ BROKEN: list[Broken] = [
         ),
         "has no http rule for agent-router.envoy-gateway-system.svc.cluster.local",
         "egress policy of actor agents/actor-a",
+        config={"allowExtraHostnames": True},
     ),
     # -- every actor falls in exactly one budget rule; caps; one budget policy; the JWT sets the header
     Broken(
@@ -607,7 +696,7 @@ BROKEN: list[Broken] = [
         "default-rule-admits-nobody",
         rules.budget_rules_cover_each_actor_once,
         "dev",
-        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][0].update(invert=True),
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(value=".*"),
         "falls in no budget rule",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
         count=3,  # actor-a, actor-b and the unlisted probe
@@ -681,6 +770,35 @@ BROKEN: list[Broken] = [
         lambda rs: _drop(rs, "BackendTrafficPolicy"),
         "no BackendTrafficPolicy has a global rate-limit rule keyed on x-actor-id",
         "no agent has a token budget",
+    ),
+    # -- a route-level BackendTrafficPolicy merges into the Gateway's budget policy
+    Broken(
+        "http-route-policy-without-merge-type",
+        rules.route_policies_merge_with_the_budget,
+        "dev",
+        lambda rs: _route_policy(rs),
+        "targets HTTPRoute without mergeType",
+        "BackendTrafficPolicy agent-budgets/mock-small-retries",
+    ),
+    Broken(
+        "grpc-route-policy-without-merge-type",
+        rules.route_policies_merge_with_the_budget,
+        "prod",
+        lambda rs: _route_policy(rs, kind="GRPCRoute", route="claude"),
+        "targets GRPCRoute without mergeType",
+        "BackendTrafficPolicy agent-budgets/claude-retries",
+    ),
+    Broken(
+        "route-policy-by-label-without-merge-type",
+        rules.route_policies_merge_with_the_budget,
+        "prod",
+        lambda rs: _spec([_route_policy(rs, route="gpt")], "BackendTrafficPolicy").update(
+            targetRefs=None, targetSelectors=[{"kind": "HTTPRoute", "matchLabels": {"team": "gpt"}}]
+        ),
+        "targets HTTPRoute without mergeType: on those routes it replaces BackendTrafficPolicy "
+        "agent-budgets/agent-budgets",
+        "urn:pulumi:prod::agent-budgets::kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy::"
+        "backendtrafficpolicy-gpt-retries",
     ),
     # -- provider keys reach the cluster only through Secrets
     Broken(
@@ -828,10 +946,69 @@ def test_no_other_rule_s_message_is_the_same(case: Broken):
 # What the rules allow, and preview-time unknowns
 
 
-def test_an_effect_free_passthrough_to_a_non_provider_host_is_allowed():
+def test_an_effect_free_passthrough_to_a_non_provider_host_is_allowed_only_with_allow_extra_hostnames():
     resources = captured("dev")
     _egress(resources, "agents/actor-a").update(extra_hostnames=["pypi.org", "*.githubusercontent.com"])
-    assert validate(rules.egress_reaches_only_the_gateway, "dev", resources) == []
+    allowed = {"allowExtraHostnames": True}
+    assert validate(rules.egress_reaches_only_the_gateway, "dev", resources, allowed) == []
+    strict = validate(rules.egress_reaches_only_the_gateway, "dev", resources)
+    assert strict == validate(rules.egress_reaches_only_the_gateway, "dev", resources, {"allowExtraHostnames": False})
+    assert len(strict) == 2, strict  # one per extra rule (pypi.org, *.githubusercontent.com)
+    assert all("is not the gateway rule" in message for message in strict)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_program_s_egress_policies_pass_either_setting(stack):
+    resources = captured(stack)
+    for allow in (False, True):
+        assert validate(rules.egress_reaches_only_the_gateway, stack, resources, {"allowExtraHostnames": allow}) == []
+
+
+def test_the_egress_rule_documents_allow_extra_hostnames():
+    policy = rules.egress_reaches_only_the_gateway
+    assert "allowExtraHostnames (default false)" in policy.description
+    assert policy.config_schema.properties["allowExtraHostnames"] == {"type": "boolean", "default": False}
+
+
+@pytest.mark.parametrize("merge_type", ["StrategicMerge", "JSONMerge"])
+def test_a_route_policy_that_merges_is_allowed(merge_type):
+    resources = captured("dev")
+    _route_policy(resources, mergeType=merge_type)
+    assert validate(rules.route_policies_merge_with_the_budget, "dev", resources) == []
+
+
+def test_route_policies_matter_only_beside_a_gateway_level_budget_policy():
+    resources = captured("dev")
+    budget = find(resources, "BackendTrafficPolicy")
+    _route_policy(resources)
+    resources.remove(budget)
+    assert validate(rules.route_policies_merge_with_the_budget, "dev", resources) == []
+    # A policy on the Gateway itself, or on a TCPRoute (no HTTP rate limit to replace), is no route override.
+    resources = captured("dev")
+    _route_policy(resources, kind="TCPRoute")
+    assert validate(rules.route_policies_merge_with_the_budget, "dev", resources) == []
+
+
+def test_a_policy_envoy_gateway_would_reject_is_reported_once_not_modelled():
+    """Distinct + invert used to be modelled as "rule does not apply"; Envoy Gateway rejects the policy."""
+    resources = captured("dev")
+    _budget_rules(resources)[0]["clientSelectors"][0]["headers"][0]["invert"] = True
+    [violation] = validate(rules.budget_rules_charge_llm_tokens, "dev", resources)
+    assert "the whole policy fails, its routes answer 500" in violation
+    # The coverage rule does not guess which rules apply to a policy that is rejected as a whole.
+    assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
+
+
+def test_a_rejected_header_match_whose_value_is_unknown_during_preview_is_skipped():
+    resources = captured("dev")
+    _budget_rules(resources)[0]["clientSelectors"][0]["headers"][0]["invert"] = UNKNOWN_STRING_VALUE
+    assert validate(rules.budget_rules_charge_llm_tokens, "dev", resources) == []
+
+
+def test_a_route_policy_whose_merge_type_is_unknown_during_preview_is_skipped():
+    resources = captured("dev")
+    _route_policy(resources, mergeType=UNKNOWN_STRING_VALUE)
+    assert validate(rules.route_policies_merge_with_the_budget, "dev", resources) == []
 
 
 def test_a_credential_env_var_from_a_secret_and_a_token_count_are_allowed():
@@ -924,6 +1101,53 @@ def test_egress_rules_as_printed_by_kubectl_ate_are_read_like_the_inputs():
         lambda doc: _jwt_header(doc)["actorJwt"].update(expirationSeconds="900"),
     )
     assert validate(rules.egress_reaches_only_the_gateway, "dev", resources) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The translation model the pack relies on (components/ratelimit_model.py): policies Envoy Gateway rejects
+
+_DISTINCT = {"name": "x-actor-id", "type": "Distinct"}
+
+
+@pytest.mark.parametrize(
+    ("match", "reason"),
+    [
+        ({**_DISTINCT, "invert": True}, "Distinct match with invert: true"),
+        ({**_DISTINCT, "value": "actor/agents/actor-a"}, "Distinct match with a value"),
+        ({**_DISTINCT, "value": ""}, "Distinct match with a value"),
+        ({"name": "x-actor-id", "type": "Exact"}, "an Exact match without a value"),
+        ({"name": "x-actor-id"}, "an Exact match without a value"),  # the type defaults to Exact
+        ({"name": "x-actor-id", "type": "RegularExpression", "invert": True}, "a RegularExpression match without"),
+    ],
+)
+def test_the_model_raises_for_a_match_envoy_gateway_rejects(match, reason):
+    rule = {**_nothing_rule(), "clientSelectors": [{"headers": [dict(_DISTINCT), match]}]}
+    with pytest.raises(ValueError, match="Envoy Gateway rejects") as raised:
+        rules_for_actor("agent-budgets", "budgets", [_nothing_rule(), rule], "actor/agents/actor-a")
+    message = str(raised.value)
+    assert "BackendTrafficPolicy agent-budgets/budgets" in message
+    assert "the whole policy fails" in message
+    assert "rule 1 match 1 (x-actor-id) is " in message
+    assert reason in message
+
+
+def test_the_model_accepts_what_envoy_gateway_translates():
+    rule = {
+        **_nothing_rule(),
+        "clientSelectors": [
+            {
+                "headers": [
+                    dict(_DISTINCT),
+                    {"name": "x-actor-id", "type": "Exact", "value": "actor/agents/actor-b", "invert": True},
+                    {"name": "x-actor-id", "type": "RegularExpression", "value": "^actor/agents/.*$"},
+                ]
+            }
+        ],
+    }
+    assert translation_errors([rule]) == []
+    [applied] = rules_for_actor("agent-budgets", "budgets", [rule], "actor/agents/actor-a")
+    assert applied.entries[1] == ("rule-0-match-0", "actor/agents/actor-a")
+    assert rules_for_actor("agent-budgets", "budgets", [rule], "actor/agents/actor-b") == []
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -203,7 +203,7 @@ def test_mock_model_runs_our_server_and_reports_200_tokens(dev):
 
 def test_one_egress_policy_per_actor(dev):
     policies = [r for r in dev.resources if r.type == "pulumi-python:dynamic:Resource"]
-    assert sorted(r.name for r in policies) == ["egress-agents-actor-a", "egress-agents-actor-b"]
+    assert sorted(r.name for r in policies) == ["egress-agents.actor-a", "egress-agents.actor-b"]
 
 
 def test_every_kubernetes_resource_uses_the_explicit_provider(dev):
@@ -212,16 +212,46 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(dev):
     assert provider.inputs["context"] == "kind-agent-budgets"
 
 
-def test_components_register_their_outputs_and_types(dev):
-    component_types = {r.type for r in dev.resources if not r.custom}
-    assert {
-        "agent-budgets:gateway:ModelGateway",
-        "agent-budgets:substrate:IdpTrust",
-        "agent-budgets:models:Models",
-        "agent-budgets:models:MockModel",
-        "agent-budgets:budgets:Budgets",
-        "agent-budgets:substrate:ActorEgressPolicies",
-    } <= component_types
+COMPONENT_TYPES = {
+    "agent-budgets:platform:Platform",
+    "agent-budgets:platform:RateLimitStore",
+    "agent-budgets:gateway:ModelGateway",
+    "agent-budgets:substrate:IdpTrust",
+    "agent-budgets:models:Models",
+    "agent-budgets:models:MockModel",
+    "agent-budgets:budgets:Budgets",
+    "agent-budgets:substrate:ActorEgressPolicies",
+}
+
+
+def test_every_component_registers_its_outputs(dev):
+    components = [r for r in dev.monitor.registrations if r.type.startswith("agent-budgets:")]
+    assert {r.type for r in components} == COMPONENT_TYPES
+    for component in components:
+        assert component.urn in dev.monitor.outputs, f"{component.type} never called register_outputs"
+    models = dev.monitor.one("agent-budgets:models:Models")
+    assert dev.monitor.outputs[models.urn] == {"routes": ["mock-small", "mock-large"], "providers": ["mock"]}
+
+
+def test_every_resource_is_a_child_of_a_component_except_the_provider(dev):
+    """Children get parent=self; only the components and the Kubernetes provider sit at the root."""
+    component_urns = {r.urn for r in dev.monitor.registrations if r.type.startswith("agent-budgets:")}
+    for registration in dev.monitor.registrations:
+        if registration.type.startswith("agent-budgets:") or registration.type == "pulumi:providers:kubernetes":
+            assert "pulumi:pulumi:Stack" in registration.parent
+        else:
+            assert registration.parent in component_urns, f"{registration.type} {registration.name} has no component"
+    [generated] = [r for r in dev.monitor.registrations if r.name == "models-mock-generated-key"]
+    assert generated.parent == dev.monitor.one("agent-budgets:models:Models").urn
+
+
+def test_egress_policies_allow_the_gateway_port():
+    config = stack_config("dev")
+    config["gateway"] = {"port": 8080, "smallCluster": True}
+    run = run_program(config)
+    assert spec(run.one("Gateway"))["listeners"][0]["port"] == 8080
+    policies = [r for r in run.resources if r.type == "pulumi-python:dynamic:Resource"]
+    assert policies and {p.inputs["gateway_port"] for p in policies} == {8080}
 
 
 @pytest.mark.parametrize(
@@ -253,3 +283,20 @@ def test_a_provider_key_in_plain_text_is_refused():
     config = real_config()
     with pytest.raises(pulumi.RunError, match="agent-budgets:anthropicApiKey is stored in plain text"):
         run_program(config, secrets={"openaiApiKey": OPENAI_KEY}, plain={"anthropicApiKey": ANTHROPIC_KEY})
+
+
+def test_a_platform_installed_elsewhere_gets_our_values_as_an_output():
+    config = stack_config("dev")
+    config["platform"] = {"install": False}
+    run = run_program(config)
+    assert run.of_kind("Release") == []
+    values = run.outputs["envoyGatewayValues"]["config"]["envoyGateway"]
+    assert values["extensionApis"]["enableBackend"] is True
+    assert values["rateLimit"]["backend"]["redis"]["url"] == "redis.agent-budgets-redis.svc.cluster.local:6379"
+    assert "REDIS_AUTH" in json.dumps(values) and "mock-random-" not in json.dumps(values)
+    # The custom resources no longer wait for a release, but the budget policy still waits for Redis.
+    btp = run.monitor.one("BackendTrafficPolicy")
+    store = run.monitor.one("agent-budgets:platform:RateLimitStore")
+    statefulset = run.monitor.one("StatefulSet")
+    assert statefulset.urn in btp.dependencies
+    assert store.type.endswith("RateLimitStore")

@@ -11,18 +11,17 @@ import copy
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor
 
 from components import platform_values as pv
 from components.rate_limit_store import RateLimitStore
 from components.settings import PROJECT, RedisSettings, StackSettings, parse_settings
+from tests.support.monitor import RecordingMonitor
 
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"
 MOCK_PASSWORD = "Zq7RedisMockPassword0123456789ab"  # what the mocked RandomPassword returns
@@ -39,30 +38,6 @@ EXTERNAL_REDIS = {"mode": "external", "url": "redis.prod.example.internal:6380",
 # --- recording ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Registration:
-    """One registered resource as the engine would see it."""
-
-    type: str
-    name: str
-    urn: str
-    parent: str
-    custom: bool
-    provider: str
-    inputs: dict[str, Any]
-    dependencies: set[str]
-    protect: bool
-    delete_before_replace: bool
-
-    @property
-    def object_name(self) -> str | None:
-        return (self.inputs.get("metadata") or {}).get("name")
-
-    @property
-    def object_namespace(self) -> str | None:
-        return (self.inputs.get("metadata") or {}).get("namespace")
-
-
 class Recorder(pulumi.runtime.Mocks):
     """Mocks that return inputs as state and a fixed, recognisable RandomPassword result."""
 
@@ -74,58 +49,6 @@ class Recorder(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
         return {}
-
-
-class RecordingMonitor(MockMonitor):
-    """A MockMonitor that also keeps each request's dependencies, options and the component outputs."""
-
-    instances: list[RecordingMonitor] = []  # noqa: RUF012 - filled when a harness builds its own monitor
-
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
-        super().__init__(mocks)
-        self.registrations: list[Registration] = []
-        self.outputs: dict[str, Any] = {}
-        RecordingMonitor.instances.append(self)
-
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            dependencies = set(request.dependencies)
-            for urns in request.propertyDependencies.values():
-                dependencies.update(urns.urns)
-            self.registrations.append(
-                Registration(
-                    type=request.type,
-                    name=request.name,
-                    urn=response.urn,
-                    parent=request.parent,
-                    custom=bool(request.custom),
-                    provider=request.provider,
-                    inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
-                    dependencies=dependencies,
-                    protect=bool(request.protect),
-                    delete_before_replace=bool(request.deleteBeforeReplace),
-                )
-            )
-        return response
-
-    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
-        self.outputs[request.urn] = rpc.deserialize_properties(request.outputs, keep_unknowns=True)
-        return super().RegisterResourceOutputs(request)
-
-    # --- queries ---
-
-    def of_type(self, suffix: str) -> list[Registration]:
-        return [r for r in self.registrations if r.type.endswith(suffix)]
-
-    def one(self, suffix: str, object_name: str | None = None) -> Registration:
-        found = [r for r in self.of_type(suffix) if object_name is None or r.object_name == object_name]
-        assert len(found) == 1, f"expected one {suffix} {object_name or ''}: {[r.name for r in found]}"
-        return found[0]
-
-    def by_urn(self, urn: str) -> Registration:
-        [found] = [r for r in self.registrations if r.urn == urn]
-        return found
 
 
 def plain_strings(value: Any) -> Iterator[str]:
@@ -419,8 +342,8 @@ def test_external_without_its_password_stops_before_registering_the_store():
     with pytest.raises(pulumi.RunError) as error:
         run_under_mocks(build_store(redis))
     message = str(error.value)
-    assert "agent-budgets:redisPassword is not set" in message
-    assert "pulumi config set --secret agent-budgets:redisPassword <value> --stack test" in message
+    assert "agent-budgets:redisPassword must be set as a secret" in message
+    assert "pulumi config set --secret agent-budgets:redisPassword <value>" in message
 
 
 def test_external_password_in_plain_text_is_refused():
@@ -428,6 +351,5 @@ def test_external_password_in_plain_text_is_refused():
     with pytest.raises(pulumi.RunError) as error:
         run_under_mocks(build_store(redis), plain={"redisPassword": EXTERNAL_PASSWORD})
     message = str(error.value)
-    assert "stored in plain text" in message
-    assert "pulumi config rm agent-budgets:redisPassword" in message
+    assert "agent-budgets:redisPassword must be set as a secret" in message
     assert EXTERNAL_PASSWORD not in message

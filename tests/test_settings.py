@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.program import load, required_secrets, secret_problems
-from components.settings import ConfigError, hostname_patterns_overlap, parse_settings
+from components.program import load, secret_problems
+from components.settings import ConfigError, parse_settings, required_secrets
 from tests.support.program import stack_config
 
 BASE: dict[str, Any] = {
@@ -54,7 +54,7 @@ def test_defaults_fill_everything_but_actors_and_budgets():
     assert settings.substrate.egress.expiration_seconds == 900
     assert settings.budget_policy.exclusion_slots == 127
     assert settings.platform.envoy_gateway_version == "v1.9.3"
-    assert settings.classes_by_actor == {"agents/actor-b": "large"}
+    assert [c.actors for c in settings.budgets.classes] == [["agents/actor-b"]]
 
 
 # Each case: (config, a fragment that must appear in the message). Every message names its key.
@@ -134,6 +134,13 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("unknown redis mode", with_changes(redis={"mode": "memcached"}), ["agent-budgets:redis.mode", "'memcached'"]),
     ("zero timeout", with_changes(rateLimit={"timeout": "0ms"}), ["agent-budgets:rateLimit.timeout", "'0ms'"]),
     ("negative timeout", with_changes(rateLimit={"timeout": "-5ms"}), ["agent-budgets:rateLimit.timeout"]),
+    ("anthropic needs agent router 1.2", with_changes(
+        providers=[{"name": "claude", "kind": "anthropic"}],
+        routes=[{"name": "c", "models": ["claude"], "provider": "claude"}],
+        platform={"agentRouterVersion": "v1.1.0", "envoyGatewayVersion": "v1.9.0"}),
+     ["agent-budgets:providers", "v1.1.0", "v1.2.0 or newer"]),
+    ("egress port is the gateway's", with_changes(substrate={"egress": {"port": 8080}}),
+     ["agent-budgets:substrate.egress.port", "unknown key"]),
     ("bad buffer limit", with_changes(gateway={"requestBufferLimit": "lots"}),
      ["agent-budgets:gateway.requestBufferLimit", "'lots'"]),
 ]
@@ -206,19 +213,15 @@ def test_load_refuses_a_missing_provider_key_before_anything_is_built():
         load(config, state=lambda key: (False, False))
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "overlap"),
-    [
-        ("api.openai.com", "api.openai.com", True),
-        ("*.openai.com", "api.openai.com", True),
-        ("api.openai.com", "*.openai.com", True),
-        ("*.com", "*.openai.com", True),
-        ("*", "example.org", True),
-        ("openai.com", "api.openai.com", False),
-        ("*.api.openai.com", "api.openai.com", False),
-        ("pypi.org", "api.openai.com", False),
-        ("*.example.org", "*.example.com", False),
-    ],
-)
-def test_hostname_overlap(a, b, overlap):
-    assert hostname_patterns_overlap(a, b) is overlap
+def test_secrets_are_not_called_unknown_when_another_key_is_wrong():
+    config = with_changes(
+        providers=[{"name": "openai", "kind": "openai"}],
+        routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"}],
+        budgets=budgets({"tokens": 5, "per": "Days"}),
+        openaiApiKey="<secret>",
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(config)
+    message = str(caught.value)
+    assert "agent-budgets:budgets.default.per" in message
+    assert "openaiApiKey" not in message

@@ -1,7 +1,8 @@
 """Run the real `__main__.py` under Pulumi mocks with a given stack configuration, and record it all.
 
 This is how pulumi/examples' testing-unit-py drives a program, plus a record of every registered
-resource (type, name, inputs, parent chain from the URN), of `pulumi.export` and of warnings.
+resource (type, name, inputs; and through the recording monitor parents, dependencies and component
+outputs), of `pulumi.export` and of warnings.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from unittest import mock
 
 import pulumi
 import yaml
+
+from tests.support.monitor import RecordingMonitor
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "agent-budgets"
@@ -72,6 +75,7 @@ class ProgramRun:
     """What one run of the program registered and exported."""
 
     mocks: RecordingMocks
+    monitor: RecordingMonitor | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -129,7 +133,6 @@ def run_program(
         all_config[f"{PROJECT}:{key}"] = value
     pulumi.runtime.set_all_config(all_config, secret_keys=[f"{PROJECT}:{key}" for key in (secrets or {})])
     mocks = mocks or RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
     run = ProgramRun(mocks)
 
     def record_export(name: str, value: Any) -> None:
@@ -142,9 +145,13 @@ def run_program(
     def program() -> None:
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
 
+    before = len(RecordingMonitor.instances)
     with (
+        mock.patch("pulumi.runtime.mocks.MockMonitor", RecordingMonitor),
         mock.patch.object(pulumi, "export", record_export),
         mock.patch.object(pulumi.log, "warn", record_warning),
     ):
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
         program()
+    [run.monitor] = RecordingMonitor.instances[before:]
     return run
