@@ -21,7 +21,7 @@ COMPONENT_TYPE = "agent-budgets:substrate:ActorEgressPolicies"
 
 
 @dataclass(frozen=True, kw_only=True)
-class EgressSettings:
+class EgressPolicySettings:
     """Plain, already-validated configuration for every actor's egress policy."""
 
     actors: list[str]
@@ -61,7 +61,7 @@ def policy_resource_name(actor_ref: str) -> str:
     return f"egress-{atespace}.{name}"
 
 
-def settings_problems(settings: EgressSettings) -> list[Problem]:
+def settings_problems(settings: EgressPolicySettings) -> list[Problem]:
     """Every problem in ``settings``, reported once each (the shared part is checked once)."""
     problems: list[Problem] = []
     valid_refs: list[str] = []
@@ -100,7 +100,7 @@ class ActorEgressPolicies(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        settings: EgressSettings,
+        settings: EgressPolicySettings,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         problems = settings_problems(settings)

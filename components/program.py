@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 import pulumi.runtime.config as runtime_config
 
-from components.actor_egress import EgressSettings as EgressPolicySettings
+from components.actor_egress import EgressPolicySettings, settings_problems
 from components.budget_rules import BudgetRules, compile_budget_rules
 from components.settings import (
     GATEWAY_HOSTNAME,
@@ -63,8 +63,6 @@ def secret_problems(settings: StackSettings, state: SecretState) -> list[str]:
 
 def egress_problems(settings: StackSettings) -> list[str]:
     """Substrate's own constraints on the egress policies, checked before anything is registered."""
-    from components.actor_egress import settings_problems
-
     if not settings.substrate.egress.enabled:
         return []
     return [f"{PROJECT}:substrate.egress: {problem}" for problem in settings_problems(egress_settings(settings))]

@@ -12,7 +12,7 @@ import pytest
 from components.actor_egress import (
     COMPONENT_TYPE,
     ActorEgressPolicies,
-    EgressSettings,
+    EgressPolicySettings,
     policy_resource_name,
     settings_problems,
 )
@@ -37,16 +37,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}
 
 
-def settings(**overrides) -> EgressSettings:
+def settings(**overrides) -> EgressPolicySettings:
     base = dict(
         actors=["agents/actor-a", "agents/actor-b", "team-x/actor-c"],
         kube_context="kind-dev",
         substrate_ref="v0.5.0",
     )
-    return EgressSettings(**{**base, **overrides})
+    return EgressPolicySettings(**{**base, **overrides})
 
 
-def run_program(egress_settings: EgressSettings) -> tuple[RecordingMocks, dict]:
+def run_program(egress_settings: EgressPolicySettings) -> tuple[RecordingMocks, dict]:
     """Run the component once under fresh mocks; return the mocks and the resolved URNs/ids."""
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project="agent-budgets", stack="test", preview=False)
@@ -187,7 +187,7 @@ def test_settings_are_a_frozen_dataclass():
     s = settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.kube_context = "other"  # type: ignore[misc]
-    assert [f.name for f in dataclasses.fields(EgressSettings)] == [
+    assert [f.name for f in dataclasses.fields(EgressPolicySettings)] == [
         "actors",
         "gateway_hostname",
         "gateway_port",
