@@ -112,20 +112,7 @@ class ActorEgressPolicies(pulumi.ComponentResource):
             inputs = settings.policy_inputs(ref)
             self.policies[ref] = ActorEgressPolicy(
                 policy_resource_name(ref),
-                ActorEgressPolicyArgs(
-                    atespace=inputs.atespace,
-                    actor=inputs.actor,
-                    kube_context=inputs.kube_context,
-                    substrate_ref=inputs.substrate_ref,
-                    gateway_hostname=inputs.gateway_hostname,
-                    gateway_port=inputs.gateway_port,
-                    audiences=list(inputs.audiences),
-                    expiration_seconds=inputs.expiration_seconds,
-                    extra_hostnames=list(inputs.extra_hostnames),
-                    provider_hosts=list(inputs.provider_hosts),
-                    kubectl=inputs.kubectl,
-                    timeout_seconds=inputs.timeout_seconds,
-                ),
+                ActorEgressPolicyArgs(**inputs.to_props()),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.register_outputs({"policyIds": {ref: policy.id for ref, policy in self.policies.items()}})
