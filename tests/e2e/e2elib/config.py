@@ -6,6 +6,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import platform_values as platform
+from components.manifests import BUDGET_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
+from components.settings import (
+    ENVOY_GATEWAY_NAMESPACE,
+    GATEWAY_HOSTNAME,
+    GATEWAY_SERVICE_NAME,
+    GatewaySettings,
+    RedisSettings,
+    SubstrateSettings,
+)
+
+_GATEWAY = GatewaySettings()
+_REDIS = RedisSettings()
+_SUBSTRATE = SubstrateSettings()
+
 ROOT = Path(__file__).resolve().parents[3]
 VERSIONS_ENV = ROOT / "scripts" / "versions.env"
 
@@ -44,28 +59,28 @@ class Settings:
     probe_image: str = "localhost:5001/agent-budgets-probe:dev"
     pulumi_stack: str = "dev"
     pulumi_passphrase: str = "agent-budgets-dev"
-    # Fixed by the Pulumi program.
-    gateway_namespace: str = "envoy-gateway-system"
-    gateway_service: str = "agent-router"
-    gateway_port: int = 80
-    gateway_host: str = "agent-router.envoy-gateway-system.svc.cluster.local"
-    ratelimit_deployment: str = "envoy-ratelimit"
-    policy_namespace: str = "agent-budgets"
-    policy_name: str = "agent-budgets"
-    redis_namespace: str = "agent-budgets-redis"
-    redis_pod: str = "redis-0"
-    redis_secret: str = "redis-auth"
-    redis_secret_key: str = "password"
-    mock_namespace: str = "agent-budgets"
-    mock_service: str = "mock-model"
-    mock_port: int = 8080
+    # Fixed by the Pulumi program (its defaults, which Pulumi.dev.yaml keeps): one source, the program.
+    gateway_namespace: str = ENVOY_GATEWAY_NAMESPACE
+    gateway_service: str = GATEWAY_SERVICE_NAME
+    gateway_port: int = _GATEWAY.port
+    gateway_host: str = GATEWAY_HOSTNAME
+    ratelimit_deployment: str = platform.RATELIMIT_CONTAINER
+    policy_namespace: str = _GATEWAY.namespace
+    policy_name: str = BUDGET_POLICY_NAME
+    redis_namespace: str = _REDIS.namespace
+    redis_pod: str = f"{platform.REDIS_NAME}-0"
+    redis_secret: str = platform.REDIS_AUTH_SECRET
+    redis_secret_key: str = platform.PASSWORD_KEY
+    mock_namespace: str = _GATEWAY.namespace
+    mock_service: str = MOCK_MODEL_NAME
+    mock_port: int = MOCK_MODEL_PORT
     models: tuple[str, ...] = ("mock-small", "mock-large")
     tokens_per_call: int = 200
     default_tokens: int = 500
     default_per: str = "Day"
     # Substrate.
-    issuer: str = "https://idp.ate-system.svc"
-    audience: str = "agent-router"
+    issuer: str = _SUBSTRATE.issuer
+    audience: str = _SUBSTRATE.audience
     substrate_namespace: str = "ate-system"
     ingress_service: str = "atenet-router"
     ingress_port: int = 80
