@@ -26,6 +26,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	@if ls scripts/*.sh >/dev/null 2>&1; then $(BIN)/shellcheck scripts/*.sh; fi
 
 unit: $(STAMP)

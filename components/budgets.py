@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
-from components.budget_rules import BudgetRules
 from components.k8s import custom_resource
-from components.manifests import budget_policy_manifest, jwt_policy_manifest
-from components.settings import StackSettings
+from core.budget_rules import BudgetRules
+from core.manifests import budget_policy_manifest, jwt_policy_manifest
+from core.settings import StackSettings
 
 
 class Budgets(pulumi.ComponentResource):
@@ -32,7 +32,5 @@ class Budgets(pulumi.ComponentResource):
         super().__init__("agent-budgets:budgets:Budgets", name, None, opts)
         self.jwt_policy = custom_resource(jwt_policy_manifest(settings), self, [*crds, *idp_backend])
         # Without the store, the rate-limit service cannot count: wait for it.
-        self.budget_policy = custom_resource(
-            budget_policy_manifest(settings, rules), self, [*crds, *rate_limit_store]
-        )
+        self.budget_policy = custom_resource(budget_policy_manifest(settings, rules), self, [*crds, *rate_limit_store])
         self.register_outputs({"rules": rules.summary()})

@@ -36,8 +36,8 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dyn
 
-from components import egress
-from components.egress import PolicyInputs
+from core import egress
+from core.egress import PolicyInputs
 
 UPDATE_ATTEMPTS = 5
 """How many times an upsert retries when the server answers Aborted (a stale uid/version)."""

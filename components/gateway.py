@@ -9,8 +9,8 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.core.v1 import Namespace
 
 from components.k8s import custom_resource
-from components.manifests import common_labels, gateway_manifests
-from components.settings import GATEWAY_HOSTNAME, StackSettings
+from core.manifests import common_labels, gateway_manifests
+from core.settings import GATEWAY_HOSTNAME, StackSettings
 
 
 class ModelGateway(pulumi.ComponentResource):

@@ -8,8 +8,8 @@ import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
 from components.k8s import custom_resource
-from components.manifests import idp_trust_manifests
-from components.settings import StackSettings
+from core.manifests import idp_trust_manifests
+from core.settings import StackSettings
 
 
 class SubstrateIdpTrust(pulumi.ComponentResource):
@@ -32,8 +32,7 @@ class SubstrateIdpTrust(pulumi.ComponentResource):
                 resource=self,
             )
         self.resources = {
-            manifest.kind: custom_resource(manifest, self, depends_on)
-            for manifest in idp_trust_manifests(settings)
+            manifest.kind: custom_resource(manifest, self, depends_on) for manifest in idp_trust_manifests(settings)
         }
         self.register_outputs({"trustMode": settings.substrate.trust.mode})
 

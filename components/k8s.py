@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
-from components.manifests import Manifest
+from core.manifests import Manifest
 
 
 def custom_resource(

@@ -11,7 +11,7 @@ from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from components.k8s import custom_resource
-from components.manifests import (
+from core.manifests import (
     MOCK_MODEL_NAME,
     common_labels,
     mock_model_deployment_spec,
@@ -19,9 +19,9 @@ from components.manifests import (
     provider_backend_manifest,
     provider_secret_name,
 )
-from components.settings import Provider, StackSettings
+from core.settings import Provider, StackSettings
 
-SERVER_SOURCE = Path(__file__).with_name("mock_model_server.py")
+SERVER_SOURCE = Path(__file__).resolve().parents[1] / "mock_model" / "server.py"
 
 
 class MockModel(pulumi.ComponentResource):
@@ -52,12 +52,8 @@ class MockModel(pulumi.ComponentResource):
             f"{name}-deployment",
             metadata=metadata,
             spec=mock_model_deployment_spec(settings, source, provider_secret_name(provider)),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*namespace, self.config_map, *key_secret]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*namespace, self.config_map, *key_secret]),
         )
         self.service = Service(f"{name}-service", metadata=metadata, spec=mock_model_service_spec(), opts=child)
-        self.backend = custom_resource(
-            provider_backend_manifest(settings, provider), self, [*gateway_crds, *namespace]
-        )
+        self.backend = custom_resource(provider_backend_manifest(settings, provider), self, [*gateway_crds, *namespace])
         self.register_outputs({"service": f"{MOCK_MODEL_NAME}.{ns}.svc.cluster.local"})

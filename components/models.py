@@ -10,8 +10,8 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.core.v1 import Secret
 
 from components.k8s import custom_resource
-from components.manifests import API_KEY_SECRET_FIELD, common_labels, model_manifests, provider_secret_name
-from components.settings import StackSettings
+from core.manifests import API_KEY_SECRET_FIELD, common_labels, model_manifests, provider_secret_name
+from core.settings import StackSettings
 
 
 class Models(pulumi.ComponentResource):

@@ -33,10 +33,10 @@ import pulumi
 from pulumi_kubernetes.core.v1 import Namespace
 from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs
 
-from components.manifests import common_labels
-from components.platform_values import AGENT_ROUTER_NAMESPACE, ReleaseSpec, release_specs
 from components.rate_limit_store import RateLimitStore, read_external_password
-from components.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings
+from core.manifests import common_labels
+from core.platform_values import AGENT_ROUTER_NAMESPACE, ReleaseSpec, release_specs
+from core.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings
 
 HELM_MAX_HISTORY = 10
 

@@ -19,8 +19,8 @@ from pulumi_kubernetes.apps.v1 import StatefulSet
 from pulumi_kubernetes.core.v1 import ConfigMap, Namespace, Secret, Service
 from pulumi_kubernetes.networking.v1 import NetworkPolicy
 
-from components.manifests import common_labels
-from components.platform_values import (
+from core.manifests import common_labels
+from core.platform_values import (
     PASSWORD_KEY,
     RATELIMIT_REDIS_SECRET,
     REDIS_AUTH_SECRET,
@@ -37,13 +37,13 @@ from components.platform_values import (
     redis_url,
     redis_uses_tls,
 )
-from components.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, secret_set_command
+from core.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, secret_set_command
 
 PASSWORD_LENGTH = 32
 
 
 def read_external_password(redis: RedisSettings) -> pulumi.Output[str]:
-    """The external Redis password from secret config (program.load() has refused a missing one)."""
+    """The external Redis password from secret config (core.validation has refused a missing one)."""
     key = redis.password_config
     value = pulumi.Config(PROJECT).get_secret(key)
     if value is None or not runtime_config.is_config_secret(f"{PROJECT}:{key}"):

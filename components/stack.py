@@ -1,4 +1,4 @@
-"""Wire the components together in dependency order. Everything here was validated by program.load()."""
+"""Wire the components together in dependency order. Everything here was validated by core.validation."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.actor_egress import ActorEgressPolicies
-from components.budget_rules import BudgetRules
 from components.budgets import Budgets
 from components.gateway import ModelGateway
 from components.idp_trust import SubstrateIdpTrust
 from components.mock_model import MockModel
 from components.models import Models
 from components.platform_releases import Platform
-from components.program import egress_settings, secret_config
-from components.settings import StackSettings
+from core.budget_rules import BudgetRules
+from core.settings import PROJECT, StackSettings
+from core.validation import egress_settings
 
 
 def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
@@ -29,8 +29,16 @@ def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
     )
 
 
+def secret_config(key: str) -> pulumi.Output[str]:
+    """A secret config value, kept secret (core.validation has already checked it is set)."""
+    value = pulumi.Config(PROJECT).get_secret(key)
+    if value is None:  # pragma: no cover - validation refuses a missing secret first
+        raise pulumi.RunError(f"{PROJECT}:{key} is not set")
+    return value
+
+
 def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
-    """Each remote provider's key, from secret config (program.load() has checked they are set)."""
+    """Each remote provider's key, from secret config (core.validation has checked they are set)."""
     return {
         provider.name: secret_config(provider.api_key_config_key)
         for provider in settings.providers
@@ -53,9 +61,7 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         opts=with_cluster,
     )
     namespace = [gateway.namespace]
-    idp = SubstrateIdpTrust(
-        "substrate-idp", settings, depends_on=[*deps.envoy_gateway, *namespace], opts=with_cluster
-    )
+    idp = SubstrateIdpTrust("substrate-idp", settings, depends_on=[*deps.envoy_gateway, *namespace], opts=with_cluster)
     keys = provider_keys(settings)
     models = Models(
         "models",

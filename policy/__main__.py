@@ -1,7 +1,7 @@
 """Entry point of the agent-budgets policy pack: `pulumi preview --policy-pack policy`.
 
 `PolicyPack` starts the analyzer's gRPC server and blocks forever, so nothing imports this file: tests
-import `policy.rules`. The rules reuse the program's `components/`, so the repository root goes on the
+import `policy.rules`. The rules reuse the program's `core/`, so the repository root goes on the
 path first (the CLI runs this file from the pack's own directory and virtualenv).
 """
 

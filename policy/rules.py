@@ -13,10 +13,10 @@ egress-policy dynamic resource); the stack validations see *outputs* (for these 
 shape, plus what the cluster adds).
 
 The rules reuse the program's facts rather than restating them: Envoy Gateway's caps and the cost
-metadata from `components/budget_rules.py`, the rule-translation model in
-`components/ratelimit_model.py`, the gateway hostname, provider hosts and actor-JWT lifetime from
-`components/egress.py` (whose `build_rules` is exactly what the dynamic provider sends), the chart and
-Redis names from `components/platform_values.py`. These are pure modules: importing them starts no Pulumi
+metadata from `core/budget_rules.py`, the rule-translation model in
+`core/ratelimit_model.py`, the gateway hostname, provider hosts and actor-JWT lifetime from
+`core/egress.py` (whose `build_rules` is exactly what the dynamic provider sends), the chart and
+Redis names from `core/platform_values.py`. These are pure modules: importing them starts no Pulumi
 program.
 """
 
@@ -40,7 +40,7 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError
 
-from components.budget_rules import (
+from core.budget_rules import (
     ACTOR_HEADER,
     COST_METADATA_KEY,
     COST_METADATA_NAMESPACE,
@@ -50,7 +50,7 @@ from components.budget_rules import (
     MAX_VALUE_LENGTH,
     actor_subject,
 )
-from components.egress import (
+from core.egress import (
     AUTH_HEADER,
     AUTH_PREFIX,
     DEFAULT_AUDIENCES,
@@ -63,9 +63,9 @@ from components.egress import (
     build_rules,
     patterns_overlap,
 )
-from components.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
-from components.ratelimit_model import header_match_error, regex_is_valid, rules_for_actor, translation_errors
-from components.settings import PROJECT
+from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
+from core.ratelimit_model import header_match_error, regex_is_valid, rules_for_actor, translation_errors
+from core.settings import PROJECT
 
 PACK_NAME = "agent-budgets"
 DYNAMIC_RESOURCE_TYPE = "pulumi-python:dynamic:Resource"

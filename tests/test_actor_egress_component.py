@@ -16,8 +16,8 @@ from components.actor_egress import (
     policy_resource_name,
     settings_problems,
 )
-from components.egress import GATEWAY_HOSTNAME, EgressConfigError
 from components.egress_provider import ActorEgressPolicy, ActorEgressPolicyProvider
+from core.egress import GATEWAY_HOSTNAME, EgressConfigError
 
 DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
 

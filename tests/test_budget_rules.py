@@ -1,4 +1,4 @@
-"""Budget rules, checked through a model of Envoy Gateway's rule translation (components.ratelimit_model).
+"""Budget rules, checked through a model of Envoy Gateway's rule translation (core.ratelimit_model).
 
 For any actor id the model says which rules apply and under which Redis key each counts; the tests
 prove every actor falls in exactly one rule with the right limit, that Envoy Gateway's caps hold at
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import re2
 
-from components.budget_rules import (
+from core.budget_rules import (
     MATCHES_NOTHING,
     MAX_HEADERS_PER_SELECTOR,
     MAX_RULES,
@@ -27,8 +27,8 @@ from components.budget_rules import (
     pack_actors,
     re2_escape,
 )
-from components.ratelimit_model import UNIT_SECONDS, AppliedRule, rules_for_actor
-from components.settings import BudgetsConfig, ConfigError
+from core.ratelimit_model import UNIT_SECONDS, AppliedRule, rules_for_actor
+from core.settings import BudgetsConfig, ConfigError
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -211,9 +211,7 @@ def test_removing_a_class_from_the_middle_would_move_others_which_is_why_classes
 
 def big_config(actors: int = 10_000, classes: int = 250, per_class: int = 30):
     ids = [f"agents/agent-{i:05d}" for i in range(actors)]
-    groups = [
-        (f"class-{c:03d}", 1000 + c, "Day", ids[c * per_class : (c + 1) * per_class]) for c in range(classes)
-    ]
+    groups = [(f"class-{c:03d}", 1000 + c, "Day", ids[c * per_class : (c + 1) * per_class]) for c in range(classes)]
     return ids, groups
 
 

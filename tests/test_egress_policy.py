@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import egress
-from components.egress import EgressConfigError, PolicyInputs
+from core import egress
+from core.egress import EgressConfigError, PolicyInputs
 
 GW = "agent-router.envoy-gateway-system.svc.cluster.local"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from components import egress
 from components import egress_provider as ep
-from components.egress import EgressConfigError
+from core import egress
+from core.egress import EgressConfigError
 
 FAKE = Path(__file__).with_name("fake_kubectl.py")
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Unit tests for the dev stack's mock model (components/mock_model_server.py), over real HTTP."""
+"""Unit tests for the dev stack's mock model (mock_model/server.py), over real HTTP."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-SERVER_FILE = Path(__file__).resolve().parents[1] / "components" / "mock_model_server.py"
+SERVER_FILE = Path(__file__).resolve().parents[1] / "mock_model" / "server.py"
 _spec = importlib.util.spec_from_file_location("mock_model_server", SERVER_FILE)
 mms = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("mock_model_server", mms)  # dataclasses look the module up while loading
@@ -69,7 +69,7 @@ def events(stream: bytes):
     assert stream.endswith(b"\n\n")
     blocks = stream.decode().split("\n\n")[:-1]
     assert all(b.startswith("data: ") and "\n" not in b for b in blocks)
-    return [b[len("data: "):] for b in blocks]
+    return [b[len("data: ") :] for b in blocks]
 
 
 def test_non_streamed_usage_and_shape(port):
@@ -194,8 +194,10 @@ def test_keep_alive_connection_serves_several_requests(port):
 
 @pytest.mark.parametrize(
     ("framing", "status"),
-    [("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
-     ("Content-Length: abc\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", 400)],
+    [
+        ("Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 411),
+        ("Content-Length: abc\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ],
 )
 def test_unsupported_body_framing_answers_once_and_closes(port, framing, status):
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -217,16 +219,26 @@ def test_settings_from_env():
 
 
 def test_main_in_subprocess_uses_env_and_stops_on_sigterm():
-    env = {**os.environ, "PORT": "0", "MOCK_TOTAL_TOKENS": "321", "MOCK_MODEL_NAME": "sub-model",
-           "MOCK_EXPECTED_API_KEY": PROVIDER_KEY}
+    env = {
+        **os.environ,
+        "PORT": "0",
+        "MOCK_TOTAL_TOKENS": "321",
+        "MOCK_MODEL_NAME": "sub-model",
+        "MOCK_EXPECTED_API_KEY": PROVIDER_KEY,
+    }
     proc = subprocess.Popen([sys.executable, str(SERVER_FILE)], env=env, stderr=subprocess.PIPE, text=True)
     try:
         banner = proc.stderr.readline()
         match = re.search(r"listening on [\d.]+:(\d+) total_tokens=321 ", banner)
         assert match, banner
         port = int(match.group(1))
-        status, headers, body = call(port, "POST", "/v1/chat/completions", {"messages": []},
-                                     {"Authorization": f"Bearer {PROVIDER_KEY}", "x-actor-id": "a1"})
+        status, headers, body = call(
+            port,
+            "POST",
+            "/v1/chat/completions",
+            {"messages": []},
+            {"Authorization": f"Bearer {PROVIDER_KEY}", "x-actor-id": "a1"},
+        )
         doc = json.loads(body)
         assert status == 200 and doc["model"] == "sub-model" and doc["usage"]["total_tokens"] == 321
         assert headers["x-mock-authorization"] == "provider-key"

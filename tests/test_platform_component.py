@@ -15,9 +15,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from components import platform_values as pv
 from components.platform_releases import Platform, PlatformDeps
-from components.settings import StackSettings, parse_settings
+from core import platform_values as pv
+from core.settings import StackSettings, parse_settings
 from tests.support.monitor import RecordingMonitor, Registration
 from tests.support.program import ProgramRun, run_program, stack_config
 from tests.test_rate_limit_store import (

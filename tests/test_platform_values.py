@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components import platform_values as pv
-from components.settings import ConfigError, StackSettings, parse_settings
+from core import platform_values as pv
+from core.settings import ConfigError, StackSettings, parse_settings
 from tests.support.program import ROOT, stack_config
 
 BASE: dict[str, Any] = {

@@ -37,9 +37,9 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from components.budget_rules import MATCHES_NOTHING
-from components.egress import PolicyInputs, build_rules
-from components.ratelimit_model import rules_for_actor, translation_errors
+from core.budget_rules import MATCHES_NOTHING
+from core.egress import PolicyInputs, build_rules
+from core.ratelimit_model import rules_for_actor, translation_errors
 from policy import rules
 from tests.support.program import run_program, stack_config
 
@@ -1104,7 +1104,7 @@ def test_egress_rules_as_printed_by_kubectl_ate_are_read_like_the_inputs():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The translation model the pack relies on (components/ratelimit_model.py): policies Envoy Gateway rejects
+# The translation model the pack relies on (core/ratelimit_model.py): policies Envoy Gateway rejects
 
 _DISTINCT = {"name": "x-actor-id", "type": "Distinct"}
 

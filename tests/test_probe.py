@@ -1,5 +1,5 @@
 """Unit tests for the probe agent (probe/probe_agent.py): a real probe process on 127.0.0.1 calling the
-dev stack's mock model (components/mock_model_server.py), also a real process, over real HTTP."""
+dev stack's mock model (mock_model/server.py), also a real process, over real HTTP."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tests.e2e.e2elib.probe import parse_probe_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE_FILE = ROOT / "probe" / "probe_agent.py"
-MOCK_FILE = ROOT / "components" / "mock_model_server.py"
+MOCK_FILE = ROOT / "mock_model" / "server.py"
 PROVIDER_KEY = "sk-probe-test-key-42"
 TOTAL = 200
 

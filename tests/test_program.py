@@ -10,8 +10,8 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.budget_rules import compile_budget_rules
-from components.settings import parse_settings
+from core.budget_rules import compile_budget_rules
+from core.settings import parse_settings
 from tests.support.program import ProgramRun, RecordingMocks, Registered, run_program, stack_config
 
 OPENAI_KEY = "sk-test-openai-0123456789"
@@ -180,7 +180,11 @@ def test_stack_outputs_hold_no_secret(real):
     for value in real.outputs.values():
         assert not isinstance(value, pulumi.Output), "outputs are plain, secret-free values"
     assert real.outputs["budgetRules"][1] == {
-        "rule": 1, "budget": "class:large", "tokens": 1_000_000, "per": "Day", "members": 1
+        "rule": 1,
+        "budget": "class:large",
+        "tokens": 1_000_000,
+        "per": "Day",
+        "members": 1,
     }
 
 

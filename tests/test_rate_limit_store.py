@@ -18,9 +18,9 @@ import pulumi_kubernetes as k8s
 import pytest
 from pulumi.runtime import rpc
 
-from components import platform_values as pv
 from components.rate_limit_store import RateLimitStore
-from components.settings import PROJECT, RedisSettings, StackSettings, parse_settings
+from core import platform_values as pv
+from core.settings import PROJECT, RedisSettings, StackSettings, parse_settings
 from tests.support.monitor import RecordingMonitor
 
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"

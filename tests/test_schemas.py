@@ -58,8 +58,18 @@ def custom_objects(request) -> list[dict[str, Any]]:
 
 def test_every_custom_resource_meets_its_crd(catalog, custom_objects):
     kinds = {obj["kind"] for obj in custom_objects}
-    assert {"GatewayClass", "Gateway", "EnvoyProxy", "ClientTrafficPolicy", "Backend", "SecurityPolicy",
-            "BackendTrafficPolicy", "AIGatewayRoute", "AIServiceBackend", "BackendSecurityPolicy"} <= kinds
+    assert {
+        "GatewayClass",
+        "Gateway",
+        "EnvoyProxy",
+        "ClientTrafficPolicy",
+        "Backend",
+        "SecurityPolicy",
+        "BackendTrafficPolicy",
+        "AIGatewayRoute",
+        "AIServiceBackend",
+        "BackendSecurityPolicy",
+    } <= kinds
     failures = []
     evaluated = 0
     for obj in custom_objects:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.program import load, secret_problems
-from components.settings import ConfigError, parse_settings, required_secrets
+from core.settings import ConfigError, parse_settings, required_secrets
+from core.validation import secret_problems, validate_stack
 from tests.support.program import stack_config
 
 BASE: dict[str, Any] = {
@@ -59,95 +59,202 @@ def test_defaults_fill_everything_but_actors_and_budgets():
 
 # Each case: (config, a fragment that must appear in the message). Every message names its key.
 BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
-    ("tokens zero", with_changes(budgets=budgets({"tokens": 0, "per": "Day"})),
-     ["agent-budgets:budgets.default.tokens", "at least 1"]),
-    ("tokens negative", with_changes(budgets=budgets({"tokens": -5, "per": "Day"})),
-     ["agent-budgets:budgets.default.tokens", "got -5"]),
-    ("tokens quoted", with_changes(budgets=budgets({"tokens": "500", "per": "Day"})),
-     ["agent-budgets:budgets.default.tokens", "'500'", "without quotes"]),
-    ("tokens fractional", with_changes(budgets=budgets({"tokens": 2.5, "per": "Day"})),
-     ["agent-budgets:budgets.default.tokens", "2.5"]),
-    ("tokens above uint32", with_changes(budgets=budgets({"tokens": 4_294_967_296, "per": "Day"})),
-     ["4294967296", "maximum of 4294967295"]),
-    ("unknown unit", with_changes(budgets=budgets({"tokens": 5, "per": "Fortnight"})),
-     ["agent-budgets:budgets.default.per", "'Fortnight'", "Second, Minute, Hour, Day, Week, Month, Year"]),
-    ("lowercase unit", with_changes(budgets=budgets({"tokens": 5, "per": "day"})),
-     ["agent-budgets:budgets.default.per", "'day'"]),
-    ("missing default", with_changes(budgets={"classes": []}),
-     ["agent-budgets:budgets.default", "required"]),
-    ("actor without atespace", with_changes(actors=["actor-a"]),
-     ["agent-budgets:actors", "'actor-a'", "<atespace>/<name>"]),
-    ("actor with uppercase", with_changes(actors=["agents/Actor-A"]),
-     ["'agents/Actor-A'", "<atespace>/<name>"]),
-    ("actor label too long", with_changes(actors=["agents/" + "a" * 64]),
-     ["agent-budgets:actors", "63"]),
+    (
+        "tokens zero",
+        with_changes(budgets=budgets({"tokens": 0, "per": "Day"})),
+        ["agent-budgets:budgets.default.tokens", "at least 1"],
+    ),
+    (
+        "tokens negative",
+        with_changes(budgets=budgets({"tokens": -5, "per": "Day"})),
+        ["agent-budgets:budgets.default.tokens", "got -5"],
+    ),
+    (
+        "tokens quoted",
+        with_changes(budgets=budgets({"tokens": "500", "per": "Day"})),
+        ["agent-budgets:budgets.default.tokens", "'500'", "without quotes"],
+    ),
+    (
+        "tokens fractional",
+        with_changes(budgets=budgets({"tokens": 2.5, "per": "Day"})),
+        ["agent-budgets:budgets.default.tokens", "2.5"],
+    ),
+    (
+        "tokens above uint32",
+        with_changes(budgets=budgets({"tokens": 4_294_967_296, "per": "Day"})),
+        ["4294967296", "maximum of 4294967295"],
+    ),
+    (
+        "unknown unit",
+        with_changes(budgets=budgets({"tokens": 5, "per": "Fortnight"})),
+        ["agent-budgets:budgets.default.per", "'Fortnight'", "Second, Minute, Hour, Day, Week, Month, Year"],
+    ),
+    (
+        "lowercase unit",
+        with_changes(budgets=budgets({"tokens": 5, "per": "day"})),
+        ["agent-budgets:budgets.default.per", "'day'"],
+    ),
+    ("missing default", with_changes(budgets={"classes": []}), ["agent-budgets:budgets.default", "required"]),
+    (
+        "actor without atespace",
+        with_changes(actors=["actor-a"]),
+        ["agent-budgets:actors", "'actor-a'", "<atespace>/<name>"],
+    ),
+    ("actor with uppercase", with_changes(actors=["agents/Actor-A"]), ["'agents/Actor-A'", "<atespace>/<name>"]),
+    ("actor label too long", with_changes(actors=["agents/" + "a" * 64]), ["agent-budgets:actors", "63"]),
     ("actor with three parts", with_changes(actors=["a/b/c"]), ["'a/b/c'"]),
-    ("duplicate actor", with_changes(actors=["agents/actor-a", "agents/actor-a", "agents/actor-b"]),
-     ["actors[1]", "listed twice"]),
-    ("class actor not listed", with_changes(budgets=budgets(classes=[
-        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-z"]}])),
-     ["agent-budgets:budgets.classes[0].actors[0]", "'agents/actor-z'", "not in agent-budgets:actors"]),
-    ("actor in two classes", with_changes(budgets=budgets(classes=[
-        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
-        {"name": "huge", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]}])),
-     ["classes[1].actors[0]", "'large'", "'huge'", "at most one class"]),
-    ("duplicate class name", with_changes(budgets=budgets(classes=[
-        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
-        {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-c"]}])),
-     ["classes[1].name", "'large'", "unique"]),
-    ("invalid class name", with_changes(budgets=budgets(classes=[
-        {"name": "Large_Class", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]}])),
-     ["agent-budgets:budgets.classes[0].name", "'Large_Class'", "DNS label"]),
-    ("unknown top-level key", with_changes(budget={"default": {"tokens": 1, "per": "Day"}}),
-     ["agent-budgets:budget: unknown configuration key", "budgets"]),
-    ("unknown nested key", with_changes(budgets={"default": {"tokens": 5, "per": "Day", "burst": 3}}),
-     ["agent-budgets:budgets.default.burst", "unknown key"]),
-    ("unknown class key", with_changes(budgets=budgets(classes=[
-        {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"], "priority": 1}])),
-     ["agent-budgets:budgets.classes[0].priority", "unknown key"]),
+    (
+        "duplicate actor",
+        with_changes(actors=["agents/actor-a", "agents/actor-a", "agents/actor-b"]),
+        ["actors[1]", "listed twice"],
+    ),
+    (
+        "class actor not listed",
+        with_changes(
+            budgets=budgets(classes=[{"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-z"]}])
+        ),
+        ["agent-budgets:budgets.classes[0].actors[0]", "'agents/actor-z'", "not in agent-budgets:actors"],
+    ),
+    (
+        "actor in two classes",
+        with_changes(
+            budgets=budgets(
+                classes=[
+                    {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
+                    {"name": "huge", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]},
+                ]
+            )
+        ),
+        ["classes[1].actors[0]", "'large'", "'huge'", "at most one class"],
+    ),
+    (
+        "duplicate class name",
+        with_changes(
+            budgets=budgets(
+                classes=[
+                    {"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]},
+                    {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-c"]},
+                ]
+            )
+        ),
+        ["classes[1].name", "'large'", "unique"],
+    ),
+    (
+        "invalid class name",
+        with_changes(
+            budgets=budgets(classes=[{"name": "Large_Class", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"]}])
+        ),
+        ["agent-budgets:budgets.classes[0].name", "'Large_Class'", "DNS label"],
+    ),
+    (
+        "unknown top-level key",
+        with_changes(budget={"default": {"tokens": 1, "per": "Day"}}),
+        ["agent-budgets:budget: unknown configuration key", "budgets"],
+    ),
+    (
+        "unknown nested key",
+        with_changes(budgets={"default": {"tokens": 5, "per": "Day", "burst": 3}}),
+        ["agent-budgets:budgets.default.burst", "unknown key"],
+    ),
+    (
+        "unknown class key",
+        with_changes(
+            budgets=budgets(
+                classes=[{"name": "large", "tokens": 9, "per": "Day", "actors": ["agents/actor-b"], "priority": 1}]
+            )
+        ),
+        ["agent-budgets:budgets.classes[0].priority", "unknown key"],
+    ),
     ("missing actors", {"budgets": BASE["budgets"]}, ["agent-budgets:actors", "required"]),
-    ("route to unknown provider", with_changes(routes=[{"name": "r", "models": ["m"], "provider": "nope"}]),
-     ["agent-budgets:routes[0].provider", "'nope'"]),
-    ("model on two routes", with_changes(routes=[
-        {"name": "a", "models": ["m"], "provider": "mock"}, {"name": "b", "models": ["m"], "provider": "mock"}]),
-     ["'m'", "already served by route 'a'"]),
-    ("unknown provider kind", with_changes(providers=[{"name": "x", "kind": "gemini"}]),
-     ["agent-budgets:providers[0].kind", "'gemini'"]),
-    ("mock with a hostname", with_changes(providers=[{"name": "mock", "kind": "mock", "hostname": "x.io"}]),
-     ["agent-budgets:providers[0]", "kind mock"]),
-    ("extra hostname to a provider", with_changes(substrate={"egress": {"extraHostnames": ["*.openai.com"]}}),
-     ["extraHostnames[0]", "'*.openai.com'", "api.openai.com"]),
-    ("egress expiration too short", with_changes(substrate={"egress": {"expirationSeconds": 60}}),
-     ["agent-budgets:substrate.egress.expirationSeconds", "60"]),
-    ("issuer not https", with_changes(substrate={"issuer": "http://idp.ate-system.svc"}),
-     ["agent-budgets:substrate.issuer", "https://"]),
-    ("unknown trust mode", with_changes(substrate={"trust": {"mode": "trustMe"}}),
-     ["agent-budgets:substrate.trust.mode", "'trustMe'"]),
-    ("exclusion slots out of range", with_changes(budgetPolicy={"exclusionSlots": 0}),
-     ["agent-budgets:budgetPolicy.exclusionSlots", "got 0"]),
-    ("not a version", with_changes(platform={"envoyGatewayVersion": "latest"}),
-     ["agent-budgets:platform.envoyGatewayVersion", "'latest'"]),
-    ("incompatible versions", with_changes(platform={"envoyGatewayVersion": "v1.9.1"}),
-     ["agent-budgets:platform", "v1.9.2 or newer", "v1.9.1"]),
-    ("external redis without url", with_changes(redis={"mode": "external"}),
-     ["agent-budgets:redis", "url is missing"]),
+    (
+        "route to unknown provider",
+        with_changes(routes=[{"name": "r", "models": ["m"], "provider": "nope"}]),
+        ["agent-budgets:routes[0].provider", "'nope'"],
+    ),
+    (
+        "model on two routes",
+        with_changes(
+            routes=[
+                {"name": "a", "models": ["m"], "provider": "mock"},
+                {"name": "b", "models": ["m"], "provider": "mock"},
+            ]
+        ),
+        ["'m'", "already served by route 'a'"],
+    ),
+    (
+        "unknown provider kind",
+        with_changes(providers=[{"name": "x", "kind": "gemini"}]),
+        ["agent-budgets:providers[0].kind", "'gemini'"],
+    ),
+    (
+        "mock with a hostname",
+        with_changes(providers=[{"name": "mock", "kind": "mock", "hostname": "x.io"}]),
+        ["agent-budgets:providers[0]", "kind mock"],
+    ),
+    (
+        "extra hostname to a provider",
+        with_changes(substrate={"egress": {"extraHostnames": ["*.openai.com"]}}),
+        ["extraHostnames[0]", "'*.openai.com'", "api.openai.com"],
+    ),
+    (
+        "egress expiration too short",
+        with_changes(substrate={"egress": {"expirationSeconds": 60}}),
+        ["agent-budgets:substrate.egress.expirationSeconds", "60"],
+    ),
+    (
+        "issuer not https",
+        with_changes(substrate={"issuer": "http://idp.ate-system.svc"}),
+        ["agent-budgets:substrate.issuer", "https://"],
+    ),
+    (
+        "unknown trust mode",
+        with_changes(substrate={"trust": {"mode": "trustMe"}}),
+        ["agent-budgets:substrate.trust.mode", "'trustMe'"],
+    ),
+    (
+        "exclusion slots out of range",
+        with_changes(budgetPolicy={"exclusionSlots": 0}),
+        ["agent-budgets:budgetPolicy.exclusionSlots", "got 0"],
+    ),
+    (
+        "not a version",
+        with_changes(platform={"envoyGatewayVersion": "latest"}),
+        ["agent-budgets:platform.envoyGatewayVersion", "'latest'"],
+    ),
+    (
+        "incompatible versions",
+        with_changes(platform={"envoyGatewayVersion": "v1.9.1"}),
+        ["agent-budgets:platform", "v1.9.2 or newer", "v1.9.1"],
+    ),
+    ("external redis without url", with_changes(redis={"mode": "external"}), ["agent-budgets:redis", "url is missing"]),
     ("unknown redis mode", with_changes(redis={"mode": "memcached"}), ["agent-budgets:redis.mode", "'memcached'"]),
     ("zero timeout", with_changes(rateLimit={"timeout": "0ms"}), ["agent-budgets:rateLimit.timeout", "'0ms'"]),
     ("negative timeout", with_changes(rateLimit={"timeout": "-5ms"}), ["agent-budgets:rateLimit.timeout"]),
-    ("anthropic needs agent router 1.2", with_changes(
-        providers=[{"name": "claude", "kind": "anthropic"}],
-        routes=[{"name": "c", "models": ["claude"], "provider": "claude"}],
-        platform={"agentRouterVersion": "v1.1.0", "envoyGatewayVersion": "v1.9.0"}),
-     ["agent-budgets:providers", "v1.1.0", "v1.2.0 or newer"]),
-    ("egress port is the gateway's", with_changes(substrate={"egress": {"port": 8080}}),
-     ["agent-budgets:substrate.egress.port", "unknown key"]),
-    ("bad buffer limit", with_changes(gateway={"requestBufferLimit": "lots"}),
-     ["agent-budgets:gateway.requestBufferLimit", "'lots'"]),
+    (
+        "anthropic needs agent router 1.2",
+        with_changes(
+            providers=[{"name": "claude", "kind": "anthropic"}],
+            routes=[{"name": "c", "models": ["claude"], "provider": "claude"}],
+            platform={"agentRouterVersion": "v1.1.0", "envoyGatewayVersion": "v1.9.0"},
+        ),
+        ["agent-budgets:providers", "v1.1.0", "v1.2.0 or newer"],
+    ),
+    (
+        "egress port is the gateway's",
+        with_changes(substrate={"egress": {"port": 8080}}),
+        ["agent-budgets:substrate.egress.port", "unknown key"],
+    ),
+    (
+        "bad buffer limit",
+        with_changes(gateway={"requestBufferLimit": "lots"}),
+        ["agent-budgets:gateway.requestBufferLimit", "'lots'"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("config", "fragments"), [(c, f) for _, c, f in BAD_CONFIGS],
-                         ids=[name for name, _, _ in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    ("config", "fragments"), [(c, f) for _, c, f in BAD_CONFIGS], ids=[name for name, _, _ in BAD_CONFIGS]
+)
 def test_bad_configuration_is_refused_with_a_message_naming_key_and_value(config, fragments):
     with pytest.raises(ConfigError) as caught:
         parse_settings(config)
@@ -178,22 +285,32 @@ def test_all_problems_are_reported_together():
 
 
 def test_a_class_may_be_emptied_to_retire_it_without_moving_later_classes():
-    config = with_changes(budgets=budgets(classes=[
-        {"name": "retired", "tokens": 9, "per": "Day", "actors": []},
-        {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]},
-    ]))
+    config = with_changes(
+        budgets=budgets(
+            classes=[
+                {"name": "retired", "tokens": 9, "per": "Day", "actors": []},
+                {"name": "large", "tokens": 99, "per": "Day", "actors": ["agents/actor-b"]},
+            ]
+        )
+    )
     settings = parse_settings(config)
     assert [c.name for c in settings.budgets.classes] == ["retired", "large"]
 
 
 def test_remote_providers_need_their_key_as_a_secret():
-    settings = parse_settings(with_changes(
-        providers=[{"name": "openai", "kind": "openai"}, {"name": "claude", "kind": "anthropic",
-                                                          "apiKeyConfig": "anthropicKey"}],
-        routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
-                {"name": "claude", "models": ["claude-sonnet"], "provider": "claude"}],
-        redis={"mode": "external", "url": "redis.example.internal:6379"},
-    ))
+    settings = parse_settings(
+        with_changes(
+            providers=[
+                {"name": "openai", "kind": "openai"},
+                {"name": "claude", "kind": "anthropic", "apiKeyConfig": "anthropicKey"},
+            ],
+            routes=[
+                {"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
+                {"name": "claude", "models": ["claude-sonnet"], "provider": "claude"},
+            ],
+            redis={"mode": "external", "url": "redis.example.internal:6379"},
+        )
+    )
     assert [key for key, _ in required_secrets(settings)] == ["openaiApiKey", "anthropicKey", "redisPassword"]
     state = {"openaiApiKey": (True, True), "anthropicKey": (True, False), "redisPassword": (False, False)}
     problems = secret_problems(settings, lambda key: state[key])
@@ -210,7 +327,7 @@ def test_load_refuses_a_missing_provider_key_before_anything_is_built():
         routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"}],
     )
     with pytest.raises(ConfigError, match=r"agent-budgets:openaiApiKey is not set"):
-        load(config, state=lambda key: (False, False))
+        validate_stack(config, state=lambda key: (False, False))
 
 
 def test_secrets_are_not_called_unknown_when_another_key_is_wrong():

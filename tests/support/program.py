@@ -90,11 +90,7 @@ class ProgramRun:
 
     def one(self, kind: str, name: str | None = None) -> Registered:
         """The single resource of a kind (and Kubernetes object name)."""
-        found = [
-            r
-            for r in self.of_kind(kind)
-            if name is None or (r.inputs.get("metadata") or {}).get("name") == name
-        ]
+        found = [r for r in self.of_kind(kind) if name is None or (r.inputs.get("metadata") or {}).get("name") == name]
         assert len(found) == 1, f"expected one {kind} {name or ''}, found {[r.name for r in found]}"
         return found[0]
 

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from components import platform_values as platform
-from components.manifests import BUDGET_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
-from components.settings import (
+from core import platform_values as platform
+from core.manifests import BUDGET_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
+from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
     GATEWAY_SERVICE_NAME,

@@ -87,11 +87,19 @@ def error_body(message: str, code: str | None = None) -> dict[str, Any]:
 
 def stream_events(request: dict[str, Any], model: str, settings: Settings, seen: dict[str, Any]) -> bytes:
     """Whole SSE body: role chunk, content deltas, stop chunk, optional usage chunk, [DONE]."""
-    base = {"id": f"chatcmpl-mock-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    base = {
+        "id": f"chatcmpl-mock-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
     chunks: list[dict[str, Any]] = [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                              "finish_reason": None}], "mock_received": seen}]
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+            "mock_received": seen,
+        }
+    ]
     for i, word in enumerate(CONTENT.split(" ")):
         delta = {"content": word if i == 0 else " " + word}
         chunks.append({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
@@ -113,9 +121,14 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes, content_type: str, extra: Extra = None) -> None:
         self.send_response(status)
         cred = self.seen["credential"]
-        headers = {"Content-Type": content_type, "Content-Length": str(len(body)),
-                   "x-mock-credential": cred["header"], "x-mock-authorization": cred["authorization"],
-                   "x-mock-x-api-key": cred["x_api_key"], **(extra or {})}
+        headers = {
+            "Content-Type": content_type,
+            "Content-Length": str(len(body)),
+            "x-mock-credential": cred["header"],
+            "x-mock-authorization": cred["authorization"],
+            "x-mock-x-api-key": cred["x_api_key"],
+            **(extra or {}),
+        }
         if self.seen["x_actor_id"] is not None:
             headers["x-mock-x-actor-id"] = self.seen["x_actor_id"]
         for name, value in headers.items():
@@ -154,8 +167,7 @@ class Handler(BaseHTTPRequestHandler):
         if allowed is None:
             self._error(404, f"Invalid URL ({self.command} {path})", "unknown_url")
         elif self.command != allowed:
-            self._error(405, f"Method {self.command} not allowed on {path}", "method_not_allowed",
-                        {"Allow": allowed})
+            self._error(405, f"Method {self.command} not allowed on {path}", "method_not_allowed", {"Allow": allowed})
         elif allowed == "GET":
             self._json(200, {"status": "ok"})
         else:
@@ -177,12 +189,20 @@ class Handler(BaseHTTPRequestHandler):
             events = stream_events(request, model, self.settings, self.seen)
             self._send(200, events, "text/event-stream", {"Cache-Control": "no-cache"})
             return
-        self._json(200, {
-            "id": f"chatcmpl-mock-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
-            "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": CONTENT},
-                         "finish_reason": "stop"}],
-            "usage": self.settings.usage(), "mock_received": self.seen})
+        self._json(
+            200,
+            {
+                "id": f"chatcmpl-mock-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": CONTENT}, "finish_reason": "stop"}
+                ],
+                "usage": self.settings.usage(),
+                "mock_received": self.seen,
+            },
+        )
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _dispatch  # noqa: N815
 
@@ -192,7 +212,8 @@ class Handler(BaseHTTPRequestHandler):
             f"{self.log_date_time_string()} {self.command or '-'} {path} {code}"
             f" stream={str(self.stream).lower()} credential={cred['header']}"
             f" authorization={cred['authorization']} x-api-key={cred['x_api_key']}"
-            f" x-actor-id={self.seen['x_actor_id'] or '-'}\n")
+            f" x-actor-id={self.seen['x_actor_id'] or '-'}\n"
+        )
 
 
 def make_server(host: str, port: int, settings: Settings) -> ThreadingHTTPServer:
@@ -207,10 +228,12 @@ def main() -> None:
     server = make_server("0.0.0.0", settings.port, settings)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     usage = settings.usage()
-    sys.stderr.write(f"mock-model listening on {server.server_address[0]}:{server.server_address[1]}"
-                     f" total_tokens={usage['total_tokens']} prompt_tokens={usage['prompt_tokens']}"
-                     f" completion_tokens={usage['completion_tokens']}"
-                     f" provider_key={'set' if settings.expected_api_key else 'unset'}\n")
+    sys.stderr.write(
+        f"mock-model listening on {server.server_address[0]}:{server.server_address[1]}"
+        f" total_tokens={usage['total_tokens']} prompt_tokens={usage['prompt_tokens']}"
+        f" completion_tokens={usage['completion_tokens']}"
+        f" provider_key={'set' if settings.expected_api_key else 'unset'}\n"
+    )
     sys.stderr.flush()
     try:
         server.serve_forever()

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from components import egress
+from core import egress
 
 PROJECT = "agent-budgets"
 
@@ -46,6 +46,7 @@ _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
 
 class ConfigError(ValueError):
     """A stack configuration that agent-budgets refuses, with a message a user can act on."""
@@ -94,8 +95,7 @@ class Limit(_Model):
                 value = int(value)
             else:
                 raise ValueError(
-                    f"tokens must be a whole number of tokens, got {value!r}: write it without quotes, "
-                    "e.g. tokens: 500"
+                    f"tokens must be a whole number of tokens, got {value!r}: write it without quotes, e.g. tokens: 500"
                 )
         if value < 1:
             raise ValueError(f"tokens must be at least 1, got {value}: a budget of 0 would block every call")
@@ -452,9 +452,7 @@ class RedisSettings(_Model):
                 "(a comma-separated list for sentinel or cluster)"
             )
         if self.mode == "in-cluster" and (self.url or self.type != "single" or self.tls):
-            raise ValueError(
-                "url, type and tls apply only to mode external: remove them, or set mode: external"
-            )
+            raise ValueError("url, type and tls apply only to mode external: remove them, or set mode: external")
         in_cluster_only = sorted(
             to_camel(name)
             for name in self.model_fields_set & {"namespace", "image", "storage_size", "storage_class", "protect"}
@@ -500,9 +498,7 @@ class StackSettings(_Model):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     providers: list[Provider] = Field(default_factory=lambda: [Provider(name="mock", kind="mock")])
-    routes: list[Route] = Field(
-        default_factory=lambda: [Route(name="mock", models=["mock-model"], provider="mock")]
-    )
+    routes: list[Route] = Field(default_factory=lambda: [Route(name="mock", models=["mock-model"], provider="mock")])
     mock_model: MockModelSettings = Field(default_factory=MockModelSettings)
     substrate: SubstrateSettings = Field(default_factory=SubstrateSettings)
     budget_policy: BudgetPolicySettings = Field(default_factory=BudgetPolicySettings)
@@ -564,9 +560,11 @@ class StackSettings(_Model):
                 models_seen[model] = route.name
         if len([p for p in self.providers if p.kind == "mock"]) > 1:
             raise ValueError(f"{PROJECT}:providers declares more than one mock: one in-cluster mock model is enough")
-        if any(p.kind == "anthropic" for p in self.providers) and version_tuple(
-            self.platform.agent_router_version
-        ) < (1, 2, 0):
+        if any(p.kind == "anthropic" for p in self.providers) and version_tuple(self.platform.agent_router_version) < (
+            1,
+            2,
+            0,
+        ):
             raise ValueError(
                 f"{PROJECT}:providers has an anthropic provider, but Agent Router "
                 f"{self.platform.agent_router_version} cannot translate /v1/chat/completions to Anthropic's "

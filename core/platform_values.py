@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from components.manifests import common_labels
-from components.settings import (
+from core.manifests import common_labels
+from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_CONTROLLER_NAME,
     PROJECT,

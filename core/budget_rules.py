@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.settings import PROJECT, BudgetsConfig, ConfigError, Limit
+from core.settings import PROJECT, BudgetsConfig, ConfigError, Limit
 
 ACTOR_HEADER = "x-actor-id"
 SUBJECT_PREFIX = "actor/"

@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, BudgetRules
-from components.settings import (
+from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, BudgetRules
+from core.settings import (
     GATEWAY_CONTROLLER_NAME,
     GATEWAY_SERVICE_NAME,
     Provider,
@@ -305,8 +305,7 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
             "rules": [
                 {
                     "matches": [
-                        {"headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model}]}
-                        for model in route.models
+                        {"headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model}]} for model in route.models
                     ],
                     "backendRefs": [backend_ref],
                 }

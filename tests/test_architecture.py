@@ -1,0 +1,54 @@
+"""The two layers stay apart: `core/` is pure (no Pulumi, no components), `components/` wires it into resources.
+
+These checks read the import statements of every module, so a shortcut that would make the pure layer
+depend on the engine fails here, before a reviewer has to spot it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE_MODULES = sorted((ROOT / "core").glob("*.py"))
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Top-level module names imported anywhere in the file (including inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_core_holds_the_pure_modules():
+    names = {path.stem for path in CORE_MODULES}
+    assert {"settings", "budget_rules", "ratelimit_model", "manifests", "platform_values", "egress"} <= names
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda path: path.name)
+def test_core_never_imports_pulumi_or_components(path):
+    forbidden = {
+        name
+        for name in imported_modules(path)
+        if name.split(".")[0] in {"pulumi", "pulumi_kubernetes", "pulumi_random", "pulumi_policy", "components"}
+    }
+    assert forbidden == set(), f"{path.name} imports {sorted(forbidden)}: core/ must stay pure"
+
+
+def test_program_and_stack_do_not_import_each_other():
+    program = imported_modules(ROOT / "components" / "program.py")
+    stack = imported_modules(ROOT / "components" / "stack.py")
+    assert "components.stack" in program
+    assert "components.program" not in stack
+
+
+def test_the_dynamic_provider_keeps_its_import_path():
+    """Pulumi pickles the egress provider by reference to this module: moving it breaks existing stacks."""
+    assert (ROOT / "components" / "egress_provider.py").is_file()
