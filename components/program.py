@@ -50,6 +50,8 @@ def run() -> None:
         validated = load()
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
+    for warning in validated.warnings:
+        pulumi.log.warn(warning.render())
     outputs = build_stack(validated.settings, validated.rules)
     for key, value in outputs.items():
         pulumi.export(key, value)

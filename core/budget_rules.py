@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.settings import PROJECT, BudgetsConfig, ConfigError, Limit
+from core.problems import PROJECT, ConfigError, Problem
+from core.settings import BudgetsConfig, Limit
 
 ACTOR_HEADER = "x-actor-id"
 SUBJECT_PREFIX = "actor/"
@@ -95,7 +96,9 @@ def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) ->
             current, groups, length = [], {}, overhead
             added = _group_cost(atespace, [name])
         if not current and overhead + added > max_length:
-            raise ConfigError(f"actor {actor!r} alone needs more than {max_length} characters to match")
+            raise ConfigError(
+                [Problem("actors", f"actor {actor!r} alone needs more than {max_length} characters to match")]
+            )
         current.append(actor)
         groups.setdefault(atespace, []).append(name)
         length += added
@@ -175,18 +178,25 @@ def _regex(value: str, invert: bool) -> dict[str, Any]:
 
 
 def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int) -> BudgetRules:
-    """Compile budgets into rules; raise ConfigError when Envoy Gateway's caps cannot hold them."""
+    """Compile budgets into rules; raise ConfigError listing every Envoy Gateway cap they would break."""
+    problems: list[Problem] = []
     if not 1 <= exclusion_slots <= MAX_EXCLUSION_SLOTS:
         raise ConfigError(
-            f"{PROJECT}:budgetPolicy.exclusionSlots is {exclusion_slots}: it must be between 1 and "
-            f"{MAX_EXCLUSION_SLOTS} ({MAX_SELECTORS} selectors of {MAX_HEADERS_PER_SELECTOR} matches, "
-            "minus the Distinct match)"
+            [
+                Problem(
+                    "budgetPolicy.exclusionSlots",
+                    f"is {exclusion_slots}: it must be between 1 and {MAX_EXCLUSION_SLOTS} ({MAX_SELECTORS} "
+                    f"selectors of {MAX_HEADERS_PER_SELECTOR} matches, minus the Distinct match)",
+                )
+            ]
         )
     if 1 + len(budgets.classes) > MAX_RULES:
-        raise ConfigError(
-            f"{PROJECT}:budgets.classes has {len(budgets.classes)} classes: Envoy Gateway allows "
-            f"{MAX_RULES} rules in a policy, one of them the default, so at most {MAX_RULES - 1} classes. "
-            "Merge classes that share tokens and per"
+        problems.append(
+            Problem(
+                "budgets.classes",
+                f"has {len(budgets.classes)} classes: Envoy Gateway allows {MAX_RULES} rules in a policy, one of "
+                f"them the default, so at most {MAX_RULES - 1} classes. Merge classes that share tokens and per",
+            )
         )
 
     class_rules: list[CompiledRule] = []
@@ -196,12 +206,14 @@ def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int) -> Budget
         pattern = actors_regex(budget_class.actors)
         if len(pattern) > MAX_VALUE_LENGTH:
             fitting = len(pack_actors(budget_class.actors)[0])
-            raise ConfigError(
-                f"{PROJECT}:budgets.classes[{position}] ({budget_class.name!r}): matching its "
-                f"{len(budget_class.actors)} actors takes {len(pattern)} characters, over Envoy Gateway's "
-                f"{MAX_VALUE_LENGTH} per match, and a rule cannot admit actors through several matches. "
-                f"Keep about {fitting} actors in this class and append a new class with the same tokens "
-                "and per for the rest"
+            problems.append(
+                Problem(
+                    f"budgets.classes[{position}].actors",
+                    f"class {budget_class.name!r}: matching its {len(budget_class.actors)} actors takes "
+                    f"{len(pattern)} characters, over Envoy Gateway's {MAX_VALUE_LENGTH} per match, and a rule "
+                    f"cannot admit actors through several matches. Keep about {fitting} actors in this class and "
+                    "append a new class with the same tokens and per for the rest",
+                )
             )
         class_rules.append(
             CompiledRule(
@@ -219,17 +231,24 @@ def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int) -> Budget
     if len(chunks) > exclusion_slots:
         needed = len(chunks)
         if needed > MAX_EXCLUSION_SLOTS:
-            raise ConfigError(
-                f"{PROJECT}:budgets: excluding {len(rule_of_actor)} class members from the default budget "
-                f"needs {needed} matches, over Envoy Gateway's {MAX_EXCLUSION_SLOTS}. Use shorter actor names "
-                "or fewer class members"
+            problems.append(
+                Problem(
+                    "budgets.classes",
+                    f"excluding {len(rule_of_actor)} class members from the default budget needs {needed} matches, "
+                    f"over Envoy Gateway's {MAX_EXCLUSION_SLOTS}. Use shorter actor names or fewer class members",
+                )
             )
-        raise ConfigError(
-            f"{PROJECT}:budgetPolicy.exclusionSlots is {exclusion_slots}, but excluding the "
-            f"{len(rule_of_actor)} class members from the default budget needs {needed}. Set "
-            f"agent-budgets:budgetPolicy.exclusionSlots to {needed} or more (every default-budget bucket "
-            "restarts once when the slot count changes)"
-        )
+        else:
+            problems.append(
+                Problem(
+                    "budgetPolicy.exclusionSlots",
+                    f"is {exclusion_slots}, but excluding the {len(rule_of_actor)} class members from the default "
+                    f"budget needs {needed}. Set {PROJECT}:budgetPolicy.exclusionSlots to {needed} or more (every "
+                    "default-budget bucket restarts once when the slot count changes)",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
     slots = [_regex(actors_regex(chunk), invert=True) for chunk in chunks]
     slots += [_regex(MATCHES_NOTHING, invert=True) for _ in range(exclusion_slots - len(chunks))]
     default_rule = CompiledRule(

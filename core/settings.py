@@ -1,32 +1,27 @@
-"""The stack-configuration contract of agent-budgets, validated with pydantic before any resource exists.
+"""The stack-configuration contract of agent-budgets: typed, documented pydantic models of every key.
 
-Everything here is pure: it turns the raw `agent-budgets:*` configuration map into typed, checked
-settings, or raises `ConfigError` with a message that names the key, the bad value and the fix.
-Only `agent-budgets:actors` and `agent-budgets:budgets` are fixed by the design; every other key has a
-default so that `Pulumi.dev.yaml` stays short.
+Each model checks what one field can check on its own (types, ranges, shapes); whatever needs two keys
+(class members listed in `actors`, routes naming a provider, ...) is a cross-key check in
+`core.cross_checks`, and `core.validation` runs both and reports every problem at once. Every field has a
+`description`: the configuration reference in docs/configuration.md is generated from these models
+(`scripts/gen_config_docs.py`). Only `agent-budgets:actors` and `agent-budgets:budgets` are fixed by the
+design; every other key has a default so that `Pulumi.dev.yaml` stays short.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from core import egress
+from core.problems import PROJECT, ConfigError, Problem
 
-PROJECT = "agent-budgets"
+__all__ = ["PROJECT", "ConfigError", "Problem"]  # re-exported: most callers import them from here
 
 # Envoy Gateway v1.9 RateLimitValue.requests is a uint32 (api/v1alpha1/ratelimit_types.go).
 MAX_TOKENS = 4_294_967_295
@@ -46,10 +41,9 @@ _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-
-
-class ConfigError(ValueError):
-    """A stack configuration that agent-budgets refuses, with a message a user can act on."""
+# A count written the way people write numbers in prose: 5,000 / 5_000 / 5 000 / 5k / 2.5M.
+_PROSE_NUMBER = re.compile(r"^\s*([0-9]{1,3}(?:[,_ ][0-9]{3})+|[0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
+_PROSE_MULTIPLIERS = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
 
 def is_dns_label(value: str) -> bool:
@@ -66,16 +60,94 @@ def _check_dns_label(value: str, what: str) -> str:
     return value
 
 
+def whole_number_from_text(text: str) -> int | None:
+    """The whole number a human meant by `text` (`"5,000"`, `"5k"`, `"2.5M"`, `"500"`), or None."""
+    match = _PROSE_NUMBER.match(text)
+    if not match:
+        return None
+    digits = re.sub(r"[,_ ]", "", match.group(1))
+    value = float(digits) * _PROSE_MULTIPLIERS[match.group(2).lower()]
+    return int(value) if value.is_integer() else None
+
+
+def number_text_hint(text: str, example_key: str) -> str:
+    """How to write a number that arrived as text, e.g. `"5,000"` → `write 5000 (no separators or units)`."""
+    meant = whole_number_from_text(text)
+    if meant is None:
+        return f"it is not a number: write a whole number, e.g. {example_key}: 500"
+    if text.strip() == str(meant):
+        return f"write it without quotes, e.g. {example_key}: {meant}"
+    return f"write the number without separators or units, e.g. {example_key}: {meant}"
+
+
+def check_actor_id(actor: str, where: str = "actor") -> str:
+    """Refuse anything but `<atespace>/<name>` with two DNS labels (the JWT subject's shape)."""
+    parts = actor.split("/")
+    if len(parts) != 2 or not all(is_dns_label(part) for part in parts):
+        raise ValueError(
+            f"{where} {actor!r} is not an actor id: write <atespace>/<name>, both DNS labels of at most "
+            "63 lowercase letters, digits or '-', e.g. agents/actor-a"
+        )
+    return actor
+
+
+def _actor_id(value: str) -> str:
+    return check_actor_id(value)
+
+
+# An actor as `<atespace>/<name>`; checked item by item, so an error names its index.
+ActorId = Annotated[str, Field(min_length=3, max_length=127), AfterValidator(_actor_id)]
+
+
 class _Model(BaseModel):
-    """Base for every section: camelCase keys as in Pulumi.<stack>.yaml, unknown keys refused."""
+    """Base for every section: camelCase keys as in Pulumi.<stack>.yaml, unknown keys refused.
+
+    Python code builds models by field name; configuration is validated by alias only
+    (`model_validate(..., by_name=False)` in core.validation), so a snake_case key in a stack file is
+    refused with the camelCase spelling instead of being silently accepted.
+    """
 
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_name=True,
+        validate_by_alias=True,
         frozen=True,
         str_strip_whitespace=False,
     )
+
+
+def _tokens(value: Any) -> int:
+    """A token count: whole, positive, within Envoy Gateway's uint32; people's ways of writing it explained."""
+    if value is None:
+        raise ValueError("is empty (YAML null): give a whole number of tokens, e.g. tokens: 500")
+    if isinstance(value, bool):
+        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+    if isinstance(value, str):
+        raise ValueError(f"got {value!r}: {number_text_hint(value, 'tokens')}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"got {value!r}: tokens are whole; round it, e.g. tokens: {int(value)}")
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+    if value < 0:
+        raise ValueError(f"got {value}, a negative number: a budget is a count of tokens, at least 1")
+    if value == 0:
+        raise ValueError("got 0: a budget must be at least 1 token (0 would refuse every call)")
+    if value > MAX_TOKENS:
+        raise ValueError(
+            f"got {value}, above Envoy Gateway's maximum of {MAX_TOKENS} (a uint32): use a longer window (per)"
+        )
+    return value
+
+
+def _per(value: Any) -> Any:
+    if isinstance(value, str) and value not in RATE_LIMIT_UNITS:
+        raise ValueError(
+            f"per {value!r} is not an Envoy Gateway rate-limit unit: use one of {', '.join(RATE_LIMIT_UNITS)}"
+        )
+    return value
 
 
 TokenCount = Annotated[int, Field(strict=True)]
@@ -84,44 +156,33 @@ TokenCount = Annotated[int, Field(strict=True)]
 class Limit(_Model):
     """A token budget: `tokens` per fixed, UTC-aligned `per` window."""
 
-    tokens: TokenCount
-    per: str
+    tokens: TokenCount = Field(
+        description=f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32)."
+    )
+    per: str = Field(
+        description="The window: `Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fixed and UTC-aligned."
+    )
 
     @field_validator("tokens", mode="before")
     @classmethod
     def _whole_tokens(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise ValueError(
-                    f"tokens must be a whole number of tokens, got {value!r}: write it without quotes, e.g. tokens: 500"
-                )
-        if value < 1:
-            raise ValueError(f"tokens must be at least 1, got {value}: a budget of 0 would block every call")
-        if value > MAX_TOKENS:
-            raise ValueError(
-                f"tokens {value} is above Envoy Gateway's maximum of {MAX_TOKENS} (a uint32): "
-                "use a longer window (per) instead"
-            )
-        return value
+        return _tokens(value)
 
     @field_validator("per")
     @classmethod
     def _known_unit(cls, value: str) -> str:
-        if value not in RATE_LIMIT_UNITS:
-            raise ValueError(
-                f"per {value!r} is not an Envoy Gateway rate-limit unit: use one of {', '.join(RATE_LIMIT_UNITS)}"
-            )
-        return value
+        return _per(value)
 
 
 class BudgetClass(Limit):
     """Actors sharing one budget size (each still has its own bucket); one rate-limit rule."""
 
-    name: str
+    name: str = Field(description="DNS label, unique among classes. Classes are append-only.")
     # Empty retires the class while keeping every later class (and its counters) in place.
-    actors: list[str] = Field(default_factory=list)
+    actors: list[ActorId] = Field(
+        default_factory=list,
+        description="Members; each must be in `actors` and in at most one class. Empty retires the class in place.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -132,26 +193,22 @@ class BudgetClass(Limit):
 class BudgetsConfig(_Model):
     """`agent-budgets:budgets`: the default budget and the ordered, append-only classes."""
 
-    default: Limit
-    classes: list[BudgetClass] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _unique_class_names(self) -> BudgetsConfig:
-        seen: set[str] = set()
-        for index, budget_class in enumerate(self.classes):
-            if budget_class.name in seen:
-                raise ValueError(
-                    f"classes[{index}].name {budget_class.name!r} is used twice: class names must be unique"
-                )
-            seen.add(budget_class.name)
-        return self
+    default: Limit = Field(description="The budget of every actor not in a class.")
+    classes: list[BudgetClass] = Field(
+        default_factory=list,
+        description="Other budget sizes, in order; each class is one rate-limit rule. Append only: never reorder.",
+    )
 
 
 class KubernetesSettings(_Model):
     """The cluster the program targets: an explicit context, never the ambient one."""
 
-    context: str = "kind-agent-budgets"
-    kubeconfig: str | None = None
+    context: str = Field(
+        default="kind-agent-budgets", description="Kube context of the program's explicit Kubernetes provider."
+    )
+    kubeconfig: str | None = Field(
+        default=None, description="Kubeconfig path or contents; unset means the kubeconfig default path."
+    )
 
     @field_validator("context")
     @classmethod
@@ -164,11 +221,20 @@ class KubernetesSettings(_Model):
 class GatewaySettings(_Model):
     """The model gateway: where our objects live and how requests are buffered."""
 
-    namespace: str = "agent-budgets"
-    port: int = Field(default=80, ge=1, le=65535)
-    request_buffer_limit: str = "50Mi"
+    namespace: str = Field(
+        default="agent-budgets", description="Where the Gateway, the policies, the routes and the mock model live."
+    )
+    port: int = Field(
+        default=80, ge=1, le=65535, description="Listener port of the Gateway, and the port every egress policy allows."
+    )
+    request_buffer_limit: str = Field(
+        default="50Mi",
+        description=(
+            "ClientTrafficPolicy buffer (a Kubernetes quantity); Envoy's 32 KiB default is too small for LLM bodies."
+        ),
+    )
     # kind nodes are small: drop the proxy's default resource requests there.
-    small_cluster: bool = False
+    small_cluster: bool = Field(default=False, description="Drop the Envoy proxy's resource requests (for kind).")
 
     @field_validator("namespace")
     @classmethod
@@ -184,7 +250,7 @@ class GatewaySettings(_Model):
 
 
 ProviderKind = Literal["mock", "openai", "anthropic"]
-_PROVIDER_DEFAULT_HOSTS: dict[str, str] = {
+PROVIDER_DEFAULT_HOSTS: dict[str, str] = {
     "openai": "api.openai.com",
     "anthropic": "api.anthropic.com",
 }
@@ -193,12 +259,20 @@ _PROVIDER_DEFAULT_HOSTS: dict[str, str] = {
 class Provider(_Model):
     """A model provider behind the gateway; its key lives only in a Secret next to the gateway."""
 
-    name: str
-    kind: ProviderKind
-    hostname: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    name: str = Field(description="DNS label, unique; routes name it.")
+    kind: ProviderKind = Field(description="`mock` (in-cluster), `openai` or `anthropic`.")
+    hostname: str | None = Field(
+        default=None,
+        description=(
+            "Upstream host for an OpenAI- or Anthropic-compatible endpoint; default `api.openai.com` / "
+            "`api.anthropic.com`."
+        ),
+    )
+    port: int | None = Field(default=None, ge=1, le=65535, description="Upstream port; default 443.")
     # The Pulumi secret config key holding this provider's API key (default: "<name>ApiKey").
-    api_key_config: str | None = None
+    api_key_config: str | None = Field(
+        default=None, description="The **secret** config key holding the provider's key; default `<name>ApiKey`."
+    )
 
     @field_validator("name")
     @classmethod
@@ -219,15 +293,6 @@ class Provider(_Model):
             raise ValueError(f"apiKeyConfig {value!r} is not a config key name such as openaiApiKey")
         return value
 
-    @model_validator(mode="after")
-    def _mock_has_no_remote(self) -> Provider:
-        if self.kind == "mock" and (self.hostname or self.port or self.api_key_config):
-            raise ValueError(
-                f"provider {self.name!r} is kind mock: it runs in the cluster, so hostname, port and "
-                "apiKeyConfig do not apply (remove them)"
-            )
-        return self
-
     @property
     def needs_api_key(self) -> bool:
         """Remote providers need a key from secret config; the mock gets a generated one."""
@@ -241,7 +306,7 @@ class Provider(_Model):
     @property
     def effective_hostname(self) -> str | None:
         """The upstream host: configured, or the kind's public API host."""
-        return self.hostname or _PROVIDER_DEFAULT_HOSTS.get(self.kind)
+        return self.hostname or PROVIDER_DEFAULT_HOSTS.get(self.kind)
 
     @property
     def effective_port(self) -> int:
@@ -259,10 +324,12 @@ class Provider(_Model):
 class Route(_Model):
     """A model route: requests naming one of `models` go to `provider`. All routes share budgets."""
 
-    name: str
-    models: list[str] = Field(min_length=1, max_length=128)
-    provider: str
-    model_name_override: str | None = None
+    name: str = Field(description="DNS label, unique; the AIGatewayRoute's name.")
+    models: list[str] = Field(
+        min_length=1, max_length=128, description="Model names agents send; each belongs to one route."
+    )
+    provider: str = Field(description="The `providers[].name` that serves these models.")
+    model_name_override: str | None = Field(default=None, description="Model name sent upstream instead.")
 
     @field_validator("name")
     @classmethod
@@ -283,9 +350,9 @@ class Route(_Model):
 class MockModelSettings(_Model):
     """The in-cluster OpenAI-compatible mock used by the dev stack."""
 
-    total_tokens: int = Field(default=200, ge=1, le=1_000_000_000)
-    image: str = "python:3.12-alpine"
-    replicas: int = Field(default=1, ge=1, le=10)
+    total_tokens: int = Field(default=200, ge=1, le=1_000_000_000, description="Tokens the mock reports per call.")
+    image: str = Field(default="python:3.12-alpine", description="Image that runs the mock's Python server.")
+    replicas: int = Field(default=1, ge=1, le=10, description="Mock model pods.")
 
 
 TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify"]
@@ -294,33 +361,75 @@ TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify"]
 class IdpTrust(_Model):
     """How Envoy Gateway trusts the TLS certificate of Substrate's IdP when it fetches the JWKS."""
 
-    mode: TrustMode = "clusterTrustBundle"
-    cluster_trust_bundle: str = "servicedns.podcert.ate.dev:identity:primary-bundle"
+    mode: TrustMode = Field(
+        default="clusterTrustBundle",
+        description=(
+            "How the IdP's certificate is verified: `clusterTrustBundle`, `configMap` or `insecureSkipVerify` "
+            "(throwaway clusters only)."
+        ),
+    )
+    cluster_trust_bundle: str = Field(
+        default="servicedns.podcert.ate.dev:identity:primary-bundle",
+        description="The ClusterTrustBundle holding Substrate's service-DNS CA (mode `clusterTrustBundle`).",
+    )
     # A ConfigMap in the gateway namespace holding the IdP's CA under key ca.crt.
-    config_map: str = "substrate-idp-ca"
+    config_map: str = Field(
+        default="substrate-idp-ca",
+        description="A ConfigMap in the gateway namespace with the IdP's CA under `ca.crt` (mode `configMap`).",
+    )
+
+
+def _extra_hostname(value: str) -> str:
+    problem = egress.hostname_problem(value)
+    if problem:
+        raise ValueError(problem)
+    if value == GATEWAY_HOSTNAME:
+        raise ValueError(f"{value!r} is the gateway itself, which already has its own rule: remove it")
+    return value
 
 
 class EgressConfig(_Model):
     """The per-actor Substrate egress policy: one http rule toward the gateway (on `gateway.port`)."""
 
-    enabled: bool = True
-    expiration_seconds: int = Field(default=900, ge=300, le=3600)
-    extra_hostnames: list[str] = Field(default_factory=list, max_length=255)
-    kubectl: str = "kubectl"
-    timeout_seconds: int = Field(default=30, ge=1, le=600)
+    enabled: bool = Field(default=True, description="Manage one Substrate egress policy per actor.")
+    expiration_seconds: int = Field(
+        default=900,
+        ge=300,
+        le=3600,
+        description="Lifetime of the actor JWT Substrate mints (Substrate allows 300-3600).",
+    )
+    extra_hostnames: list[Annotated[str, AfterValidator(_extra_hostname)]] = Field(
+        default_factory=list,
+        max_length=255,
+        description=(
+            "Other hosts actors may reach (TLS passthrough on 443, no credentials); model providers are refused."
+        ),
+    )
+    kubectl: str = Field(default="kubectl", description="The kubectl that runs the `kubectl ate` plugin.")
+    timeout_seconds: int = Field(default=30, ge=1, le=600, description="Bound on every `kubectl ate` call.")
 
 
 class SubstrateSettings(_Model):
     """Agent Substrate: who signs actor JWTs, where its keys are, how actors reach the gateway."""
 
-    ref: str = "v1.0.0-rc.1"
-    issuer: str = "https://idp.ate-system.svc"
-    jwks_uri: str = "https://idp.ate-system.svc/openid/v1/jwks"
-    idp_hostname: str = "idp.ate-system.svc"
-    idp_port: int = Field(default=443, ge=1, le=65535)
-    audience: str = Field(default="agent-router", min_length=1, max_length=512)
-    trust: IdpTrust = Field(default_factory=IdpTrust)
-    egress: EgressConfig = Field(default_factory=EgressConfig)
+    ref: str = Field(
+        default="v1.0.0-rc.1", description="The Substrate version `kubectl ate` must be built from (named in errors)."
+    )
+    issuer: str = Field(default="https://idp.ate-system.svc", description="JWT issuer (exact match), an https URL.")
+    jwks_uri: str = Field(
+        default="https://idp.ate-system.svc/openid/v1/jwks",
+        description="Where Envoy Gateway fetches the actor keys, an https URL.",
+    )
+    idp_hostname: str = Field(default="idp.ate-system.svc", description="Host of the Backend `substrate-idp`.")
+    idp_port: int = Field(default=443, ge=1, le=65535, description="Port of the Backend `substrate-idp`.")
+    audience: str = Field(
+        default="agent-router",
+        min_length=1,
+        max_length=512,
+        description="JWT audience: the SecurityPolicy requires it, every egress policy mints it.",
+    )
+    trust: IdpTrust = Field(default_factory=IdpTrust, description="TLS trust for the IdP's certificate.")
+    egress: EgressConfig = Field(default_factory=EgressConfig, description="The per-actor egress policies.")
 
     @field_validator("issuer", "jwks_uri")
     @classmethod
@@ -341,16 +450,31 @@ class BudgetPolicySettings(_Model):
     """Layout of the budget policy. Changing it moves counter keys: every default bucket restarts."""
 
     # Fixed number of inverted-regex matches that exclude class members from the default rule.
-    exclusion_slots: int = Field(default=127, ge=1, le=1023)
+    exclusion_slots: int = Field(
+        default=127,
+        ge=1,
+        le=1023,
+        description=(
+            "Fixed number of matches that exclude class members from the default rule; changing it restarts every "
+            "default bucket once."
+        ),
+    )
 
 
 class RateLimitSettings(_Model):
     """Envoy's behaviour toward the rate-limit service, and how many `envoy-ratelimit` pods serve it."""
 
-    fail_closed: bool = False
-    timeout: str = "100ms"
+    fail_closed: bool = Field(
+        default=False,
+        description="On a rate-limit store outage, answer 500 instead of letting calls through unmetered.",
+    )
+    timeout: str = Field(
+        default="100ms", description="Envoy → rate-limit service timeout; a slower answer counts as an outage."
+    )
     # Fail-closed turns a lone rate-limit pod into a single point of failure: run two or more.
-    replicas: int = Field(default=1, ge=1, le=16)
+    replicas: int = Field(
+        default=1, ge=1, le=16, description="Rate-limit service pods; 2 or more also get a PodDisruptionBudget."
+    )
 
     @field_validator("timeout")
     @classmethod
@@ -363,9 +487,19 @@ class RateLimitSettings(_Model):
 class PlatformSettings(_Model):
     """Helm releases that install Envoy Gateway and Agent Router."""
 
-    install: bool = True
-    envoy_gateway_version: str = "v1.9.3"
-    agent_router_version: str = "v1.2.1"
+    install: bool = Field(
+        default=True,
+        description=(
+            "Install Envoy Gateway and Agent Router with Helm; with `false` they must already run with our values."
+        ),
+    )
+    envoy_gateway_version: str = Field(
+        default="v1.9.3", description="The `eg` release of `oci://docker.io/envoyproxy/gateway-helm`."
+    )
+    agent_router_version: str = Field(
+        default="v1.2.1",
+        description="The `aieg-crd` and `aieg` releases; v1.2 needs Envoy Gateway v1.9.2 or newer.",
+    )
 
     @field_validator("envoy_gateway_version", "agent_router_version")
     @classmethod
@@ -374,42 +508,40 @@ class PlatformSettings(_Model):
             raise ValueError(f"version {value!r} is not a release version such as v1.9.3")
         return value
 
-    @model_validator(mode="after")
-    def _compatible(self) -> PlatformSettings:
-        router = version_tuple(self.agent_router_version)
-        gateway = version_tuple(self.envoy_gateway_version)
-        if router >= (1, 2, 0) and gateway < (1, 9, 2):
-            raise ValueError(
-                f"Agent Router {self.agent_router_version} needs Envoy Gateway v1.9.2 or newer, "
-                f"got {self.envoy_gateway_version}: raise envoyGatewayVersion"
-            )
-        if gateway < (1, 9, 0):
-            raise ValueError(
-                f"Envoy Gateway {self.envoy_gateway_version} is too old: shared rules with a response cost "
-                "and 128 header matches need v1.9.0 or newer"
-            )
-        return self
-
 
 RedisMode = Literal["in-cluster", "external"]
 RedisType = Literal["single", "sentinel", "cluster"]
+REDIS_IN_CLUSTER_ONLY = ("namespace", "image", "storage_size", "storage_class", "protect")
+REDIS_EXTERNAL_ONLY = ("url", "type", "tls")
 
 
 class RedisSettings(_Model):
     """Where rate-limit counters live. In-cluster persists to a volume; external for real environments."""
 
-    mode: RedisMode = "in-cluster"
-    namespace: str = "agent-budgets-redis"
-    image: str = "redis:8.2.4-alpine3.22"
-    storage_size: str = "1Gi"
-    storage_class: str | None = None
+    mode: RedisMode = Field(default="in-cluster", description="`in-cluster` or `external`.")
+    namespace: str = Field(default="agent-budgets-redis", description="In-cluster only: the Redis namespace.")
+    image: str = Field(default="redis:8.2.4-alpine3.22", description="In-cluster only: the Redis image.")
+    storage_size: str = Field(default="1Gi", description="In-cluster only: size of the volume claim.")
+    storage_class: str | None = Field(
+        default=None, description="In-cluster only: StorageClass; unset = cluster default."
+    )
     # In-cluster only: Pulumi `protect` on the Redis namespace and StatefulSet, so neither a replacement
     # nor `pulumi destroy` can delete the volume that holds spent budgets.
-    protect: bool = False
-    url: str | None = None
-    type: RedisType = "single"
-    tls: bool = False
-    password_config: str = "redisPassword"
+    protect: bool = Field(
+        default=False, description="In-cluster only: Pulumi `protect` on the namespace and StatefulSet."
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "External only: `host:port`; sentinel `<master>,<host:port>,...`; cluster `host:port,host:port,...`."
+        ),
+    )
+    type: RedisType = Field(default="single", description="External only: `single`, `sentinel` or `cluster`.")
+    tls: bool = Field(default=False, description="External only: TLS, verified against the system roots.")
+    password_config: str = Field(
+        default="redisPassword",
+        description="The **secret** config key holding the external Redis password (or `user:password`).",
+    )
 
     @field_validator("namespace")
     @classmethod
@@ -444,147 +576,73 @@ class RedisSettings(_Model):
             raise ValueError(f"passwordConfig {value!r} is not a config key name such as redisPassword")
         return value
 
-    @model_validator(mode="after")
-    def _mode_fields(self) -> RedisSettings:
-        if self.mode == "external" and not self.url:
-            raise ValueError(
-                "mode is external but url is missing: set agent-budgets:redis.url to host:port "
-                "(a comma-separated list for sentinel or cluster)"
+
+def redis_url_problem(url: str, redis_type: str) -> str | None:
+    """Why `url` is not a Redis address list of `redis_type`, with the fix; None when it is one."""
+    parts = [part.strip() for part in url.split(",")]
+    hosts = parts
+    if redis_type == "sentinel":
+        if len(parts) < 2 or not re.match(r"^[A-Za-z0-9._-]+$", parts[0]):
+            return (
+                f"url {url!r} is not a sentinel list: with type sentinel write "
+                "<master name>,<sentinel host>:<port>[,...], e.g. mymaster,sentinel-0.example:26379"
             )
-        if self.mode == "in-cluster" and (self.url or self.type != "single" or self.tls):
-            raise ValueError("url, type and tls apply only to mode external: remove them, or set mode: external")
-        in_cluster_only = sorted(
-            to_camel(name)
-            for name in self.model_fields_set & {"namespace", "image", "storage_size", "storage_class", "protect"}
+        hosts = parts[1:]
+    elif redis_type == "single" and len(parts) != 1:
+        return (
+            f"url {url!r} lists {len(parts)} hosts but type is single: give one host:port, "
+            "or set type to sentinel or cluster"
         )
-        if self.mode == "external" and in_cluster_only:
-            raise ValueError(
-                f"{', '.join(in_cluster_only)} apply only to mode in-cluster: remove them "
-                "(an external Redis is run, stored and protected by its own operator)"
-            )
-        if self.url is not None:
-            self._check_url(self.url)
-        return self
-
-    def _check_url(self, url: str) -> None:
-        parts = [part.strip() for part in url.split(",")]
-        hosts = parts
-        if self.type == "sentinel":
-            if len(parts) < 2 or not re.match(r"^[A-Za-z0-9._-]+$", parts[0]):
-                raise ValueError(
-                    f"url {url!r} is not a sentinel list: with type sentinel write "
-                    "<master name>,<sentinel host>:<port>[,...], e.g. mymaster,sentinel-0.example:26379"
-                )
-            hosts = parts[1:]
-        elif self.type == "single" and len(parts) != 1:
-            raise ValueError(
-                f"url {url!r} lists {len(parts)} hosts but type is single: give one host:port, "
-                "or set type to sentinel or cluster"
-            )
-        for part in hosts:
-            match = re.match(r"^[A-Za-z0-9.-]+:([0-9]{1,5})$", part)
-            if not match or not 1 <= int(match.group(1)) <= 65535:
-                raise ValueError(f"url part {part!r} must be host:port with a port from 1 to 65535")
+    for part in hosts:
+        match = re.match(r"^[A-Za-z0-9.-]+:([0-9]{1,5})$", part)
+        if not match or not 1 <= int(match.group(1)) <= 65535:
+            return f"url part {part!r} must be host:port with a port from 1 to 65535"
+    return None
 
 
-ActorId = Annotated[str, StringConstraints(min_length=3, max_length=127)]
+def _default_providers() -> list[Provider]:
+    return [Provider(name="mock", kind="mock")]
+
+
+def _default_routes() -> list[Route]:
+    return [Route(name="mock", models=["mock-model"], provider="mock")]
 
 
 class StackSettings(_Model):
     """The whole `agent-budgets:*` configuration of one stack."""
 
-    actors: list[ActorId]
-    budgets: BudgetsConfig
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
-    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
-    providers: list[Provider] = Field(default_factory=lambda: [Provider(name="mock", kind="mock")])
-    routes: list[Route] = Field(default_factory=lambda: [Route(name="mock", models=["mock-model"], provider="mock")])
-    mock_model: MockModelSettings = Field(default_factory=MockModelSettings)
-    substrate: SubstrateSettings = Field(default_factory=SubstrateSettings)
-    budget_policy: BudgetPolicySettings = Field(default_factory=BudgetPolicySettings)
-    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
-    platform: PlatformSettings = Field(default_factory=PlatformSettings)
-    redis: RedisSettings = Field(default_factory=RedisSettings)
-
-    @field_validator("actors")
-    @classmethod
-    def _actor_ids(cls, value: list[str]) -> list[str]:
-        seen: set[str] = set()
-        for index, actor in enumerate(value):
-            check_actor_id(actor, f"actors[{index}]")
-            if actor in seen:
-                raise ValueError(f"actors[{index}] {actor!r} is listed twice: list each actor once")
-            seen.add(actor)
-        return value
-
-    @model_validator(mode="after")
-    def _cross_checks(self) -> StackSettings:
-        listed = set(self.actors)
-        owner: dict[str, str] = {}
-        for ci, budget_class in enumerate(self.budgets.classes):
-            for ai, actor in enumerate(budget_class.actors):
-                where = f"{PROJECT}:budgets.classes[{ci}].actors[{ai}]"
-                check_actor_id(actor, where)
-                if actor not in listed:
-                    raise ValueError(
-                        f"{where} {actor!r} (class {budget_class.name!r}) is not in agent-budgets:actors: "
-                        "add it there first"
-                    )
-                if actor in owner:
-                    raise ValueError(
-                        f"{where} {actor!r} is in class {owner[actor]!r} and class {budget_class.name!r}: "
-                        "an actor may be in at most one class"
-                    )
-                owner[actor] = budget_class.name
-        provider_names = [p.name for p in self.providers]
-        if len(set(provider_names)) != len(provider_names):
-            raise ValueError(f"{PROJECT}:providers has a duplicate name in {provider_names}: names must be unique")
-        route_names = [r.name for r in self.routes]
-        if len(set(route_names)) != len(route_names):
-            raise ValueError(f"{PROJECT}:routes has a duplicate name in {route_names}: names must be unique")
-        if not self.routes:
-            raise ValueError(f"{PROJECT}:routes is empty: declare at least one model route")
-        models_seen: dict[str, str] = {}
-        for ri, route in enumerate(self.routes):
-            if route.provider not in provider_names:
-                raise ValueError(
-                    f"{PROJECT}:routes[{ri}].provider {route.provider!r} is not a configured provider "
-                    f"(have {provider_names}): add it to agent-budgets:providers"
-                )
-            for model in route.models:
-                if model in models_seen:
-                    raise ValueError(
-                        f"{PROJECT}:routes[{ri}] model {model!r} is already served by route {models_seen[model]!r}: "
-                        "each model name belongs to one route"
-                    )
-                models_seen[model] = route.name
-        if len([p for p in self.providers if p.kind == "mock"]) > 1:
-            raise ValueError(f"{PROJECT}:providers declares more than one mock: one in-cluster mock model is enough")
-        if any(p.kind == "anthropic" for p in self.providers) and version_tuple(self.platform.agent_router_version) < (
-            1,
-            2,
-            0,
-        ):
-            raise ValueError(
-                f"{PROJECT}:providers has an anthropic provider, but Agent Router "
-                f"{self.platform.agent_router_version} cannot translate /v1/chat/completions to Anthropic's "
-                "API: set agent-budgets:platform.agentRouterVersion to v1.2.0 or newer"
-            )
-        self._check_extra_hostnames()
-        return self
-
-    def _check_extra_hostnames(self) -> None:
-        provider_hosts = [h for h in (p.effective_hostname for p in self.providers) if h]
-        for index, host in enumerate(self.substrate.egress.extra_hostnames):
-            where = f"{PROJECT}:substrate.egress.extraHostnames[{index}]"
-            problem = egress.hostname_problem(host)
-            if problem:
-                raise ValueError(f"{where}: {problem}")
-            if host == GATEWAY_HOSTNAME:
-                raise ValueError(f"{where}: {host!r} is the gateway itself, which already has its own rule")
-            clashes = egress.provider_host_problems([("extra_hostnames", host)], provider_hosts)
-            if clashes:
-                raise ValueError(f"{where}: {clashes[0].message}")
+    actors: list[ActorId] = Field(
+        default_factory=list,
+        description=(
+            "Every actor that may call the model gateway, as `<atespace>/<name>` (two DNS labels); each gets an "
+            "egress policy."
+        ),
+    )
+    allow_no_actors: bool = Field(
+        default=False,
+        description=(
+            "Accept an empty `actors` while egress policies are enabled (the next `up` deletes every actor's policy)."
+        ),
+    )
+    budgets: BudgetsConfig = Field(description="The default budget and the classes.")
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="The target cluster.")
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The model gateway.")
+    providers: list[Provider] = Field(
+        default_factory=_default_providers,
+        description="Model providers behind the gateway; each remote one needs its key as a secret.",
+    )
+    routes: list[Route] = Field(
+        default_factory=_default_routes,
+        description="Model routes, one AIGatewayRoute each; every route shares the same budgets.",
+    )
+    mock_model: MockModelSettings = Field(default_factory=MockModelSettings, description="The in-cluster mock model.")
+    substrate: SubstrateSettings = Field(default_factory=SubstrateSettings, description="Agent Substrate.")
+    budget_policy: BudgetPolicySettings = Field(
+        default_factory=BudgetPolicySettings, description="Layout of the budget policy."
+    )
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings, description="The rate-limit service.")
+    platform: PlatformSettings = Field(default_factory=PlatformSettings, description="The Helm releases.")
+    redis: RedisSettings = Field(default_factory=RedisSettings, description="The rate-limit store.")
 
     @property
     def mock_provider(self) -> Provider | None:
@@ -600,79 +658,34 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
-def check_actor_id(actor: str, where: str) -> None:
-    """Refuse anything but `<atespace>/<name>` with two DNS labels (the JWT subject's shape)."""
-    parts = actor.split("/")
-    if len(parts) != 2 or not all(is_dns_label(part) for part in parts):
-        raise ValueError(
-            f"{where} {actor!r} is not an actor id: write <atespace>/<name>, both DNS labels of at most "
-            "63 lowercase letters, digits or '-', e.g. agents/actor-a"
-        )
+# ---------------------------------------------------------------------------------------------------------
+# Keys that moved or went away. A stack that still sets one gets the new home named, not "unknown key".
+
+
+@dataclass(frozen=True)
+class RetiredKey:
+    """A configuration key that no longer exists: where its setting lives now, and since when."""
+
+    replacement: str | None
+    how: str
+
+
+RETIRED_KEYS: dict[str, RetiredKey] = {
+    "substrate.egress.port": RetiredKey(
+        replacement="gateway.port",
+        how=(
+            "the egress rule now allows the gateway's own listener port; if you set this to the gateway's "
+            "port, delete it; otherwise set agent-budgets:gateway.port to that value"
+        ),
+    ),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Loading from the raw configuration map.
+# Secrets and raw values.
 
 # What the program's config reader puts in place of a secret's value: validation needs only presence.
 SECRET_PLACEHOLDER = "<secret>"
-
-_TOP_LEVEL_KEYS = {field.alias or name: name for name, field in StackSettings.model_fields.items()}
-
-
-def _format_error(error: Mapping[str, Any]) -> str:
-    loc = [str(part) for part in error.get("loc", ())]
-    top = loc[0] if loc else ""
-    path = top
-    for part in loc[1:]:
-        path += f"[{part}]" if part.isdigit() else f".{part}"
-    key = f"{PROJECT}:{path}" if path else f"{PROJECT}:<config>"
-    message = str(error.get("msg", "invalid"))
-    message = message.removeprefix("Value error, ")
-    kind = error.get("type", "")
-    if kind == "extra_forbidden":
-        return f"{key}: unknown key. Remove it or fix its spelling (keys are camelCase)."
-    if kind == "missing":
-        return f"{key}: required but not set. Add it to Pulumi.<stack>.yaml."
-    if kind in {"literal_error", "enum"}:
-        return f"{key}: got {error.get('input')!r}: {message}."
-    if kind.startswith(("int_", "bool_", "string_", "list_", "too_", "greater_", "less_", "model_")):
-        return f"{key}: got {_short(error.get('input'))}: {message}."
-    if not path:
-        return message
-    return f"{key}: {message}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
-    """Validate the raw `agent-budgets:*` map (keys without the project prefix, values parsed JSON).
-
-    Keys the settings name as secret config (provider keys, the Redis password) are allowed beside the
-    sections. Raises ConfigError listing every problem at once, each naming its key.
-    """
-    problems: list[str] = []
-    known = {key: value for key, value in raw.items() if key in _TOP_LEVEL_KEYS}
-    settings: StackSettings | None = None
-    try:
-        settings = StackSettings.model_validate(known)
-    except ValidationError as exc:
-        problems.extend(_format_error(error) for error in exc.errors())
-    if settings is not None:
-        secret_keys = {key for key, _ in required_secrets(settings)}
-    else:  # don't call the user's secrets unknown just because another key is wrong
-        secret_keys = {key for key, value in raw.items() if value == SECRET_PLACEHOLDER}
-    unknown = sorted(set(raw) - set(_TOP_LEVEL_KEYS) - secret_keys)
-    problems[:0] = [
-        f"{PROJECT}:{key}: unknown configuration key. Known keys: {', '.join(sorted(_TOP_LEVEL_KEYS))}"
-        + (f", and the secrets {', '.join(sorted(secret_keys))}." if secret_keys else ".")
-        for key in unknown
-    ]
-    if problems or settings is None:
-        raise ConfigError("invalid stack configuration:\n  - " + "\n  - ".join(problems))
-    return settings
 
 
 def required_secrets(settings: StackSettings) -> list[tuple[str, str]]:

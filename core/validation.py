@@ -1,60 +1,199 @@
 """The whole stack configuration, checked in one place before any resource exists.
 
-`validate_stack` takes the raw `agent-budgets:*` map and a way to ask whether a secret is set, and
-returns typed settings plus the compiled budget rules, or raises `ConfigError` listing every problem.
+`validate_stack` takes the raw `agent-budgets:*` map (values decoded from JSON; secrets replaced by
+`SECRET_PLACEHOLDER`) and a way to ask whether a secret is set, and returns typed settings, the compiled
+budget rules and the warnings to print, or raises `ConfigError` with every problem at once:
+
+1. key shape: flat dotted keys, snake_case, renamed and unknown keys (core.config_messages);
+2. every field, through the pydantic models (core.settings), with messages for common mistakes;
+3. every cross-key check (core.cross_checks), each skipping only what a field error makes impossible;
+4. Envoy Gateway's caps on the compiled budget rules (core.budget_rules);
+5. required secrets: set, and set as secrets;
+6. Substrate's own constraints on the egress policies (core.egress).
+
 Pure: the Pulumi runtime is read by `components.program`, which hands the values over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from core.budget_rules import BudgetRules, compile_budget_rules
+from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
+from core.cross_checks import MISSING, ConfigView, cross_key_problems, no_actors_finding
 from core.egress import EgressPolicySettings, settings_problems
+from core.problems import PROJECT, ConfigError, Problem
 from core.settings import (
     GATEWAY_HOSTNAME,
-    PROJECT,
-    ConfigError,
+    PROVIDER_DEFAULT_HOSTS,
+    SECRET_PLACEHOLDER,
     StackSettings,
-    parse_settings,
     required_secrets,
     secret_set_command,
 )
 
 SecretState = Callable[[str], tuple[bool, bool]]  # config key → (is set, is secret)
 
+TOP_LEVEL_KEYS = aliases(StackSettings)
+
+# Which configuration key each input of an egress policy comes from (core.egress names its inputs).
+EGRESS_INPUT_KEYS = {
+    "actors": "actors",
+    "atespace": "actors",
+    "actor": "actors",
+    "kube_context": "kubernetes.context",
+    "kubectl": "substrate.egress.kubectl",
+    "substrate_ref": "substrate.ref",
+    "timeout_seconds": "substrate.egress.timeoutSeconds",
+    "gateway_hostname": "gateway",
+    "gateway_port": "gateway.port",
+    "audiences": "substrate.audience",
+    "expiration_seconds": "substrate.egress.expirationSeconds",
+    "extra_hostnames": "substrate.egress.extraHostnames",
+    "rules": "substrate.egress",
+}
+EGRESS_SECTIONS = ("actors", "kubernetes", "gateway", "substrate", "providers")
+
 
 @dataclass(frozen=True)
 class ValidatedStack:
-    """Everything the components need, already checked."""
+    """Everything the components need, already checked, and what the preview should warn about."""
 
     settings: StackSettings
     rules: BudgetRules
+    warnings: tuple[Problem, ...] = ()
 
 
-def secret_problems(settings: StackSettings, state: SecretState) -> list[str]:
-    """One message per required secret that is missing or stored in plain text."""
-    problems: list[str] = []
-    for key, purpose in required_secrets(settings):
+@dataclass
+class _Findings:
+    """What one validation run found so far."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    def touches(self, *prefixes: str) -> bool:
+        """Whether any problem concerns a key under one of these top-level keys."""
+        return any(
+            p.key == prefix or p.key.startswith((f"{prefix}.", f"{prefix}["))
+            for p in self.problems
+            for prefix in prefixes
+        )
+
+
+def expected_secret_keys(view: ConfigView) -> dict[str, str]:
+    """The secret config keys this configuration needs (key → what it holds), read from the raw values.
+
+    Works while other keys are wrong, so a plain-text or missing secret is still reported.
+    """
+    needed: dict[str, str] = {}
+    for _, entry in view.entries("providers"):
+        kind, name = entry.get("kind"), entry.get("name")
+        if kind in PROVIDER_DEFAULT_HOSTS and isinstance(name, str):
+            key = entry.get("apiKeyConfig") or f"{name}ApiKey"
+            needed[str(key)] = f"the API key of provider {name!r} ({kind})"
+    if view.get("redis", "mode") == "external":
+        key = view.get("redis", "passwordConfig")
+        needed[str(key if isinstance(key, str) else "redisPassword")] = "the password of the external Redis"
+    return needed
+
+
+def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Sections (known top-level keys) and secret-looking keys; every other key becomes a problem."""
+    sections: dict[str, Any] = {}
+    others: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in TOP_LEVEL_KEYS:
+            if value == SECRET_PLACEHOLDER:
+                findings.problems.append(
+                    Problem(
+                        key,
+                        (
+                            f"is stored as a secret, but it is plain configuration: `pulumi config rm "
+                            f"{PROJECT}:{key}` and set it again without --secret"
+                        ),
+                    )
+                )
+            else:
+                sections[key] = value
+        else:
+            others[key] = value
+    secrets = expected_secret_keys(ConfigView(sections))
+    for key, value in others.items():
+        if key in secrets:
+            continue
+        if value == SECRET_PLACEHOLDER:
+            findings.problems.append(
+                Problem(
+                    key,
+                    f"is a secret that no setting uses: remove it (`pulumi config rm {PROJECT}:{key}`), or name it in "
+                    "providers[].apiKeyConfig or redis.passwordConfig",
+                )
+            )
+            continue
+        findings.problems.append(flat_key_problem(key, value) or unknown_key_problem([], key, value))
+    return sections, {key: value for key, value in others.items() if key in secrets}
+
+
+def _field_problems(sections: Mapping[str, Any], findings: _Findings) -> frozenset[str]:
+    """Every field error of every section; returns the top-level keys that had one."""
+    try:
+        StackSettings.model_validate(sections, by_alias=True, by_name=False)
+    except ValidationError as error:
+        details = error.errors(include_url=False)
+        findings.problems.extend(describe_field_error(detail) for detail in details)
+        return frozenset(str(detail["loc"][0]) for detail in details if detail.get("loc"))
+    return frozenset()
+
+
+def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
+    """Steps 1-3: key shape, fields, cross-key checks."""
+    findings = _Findings()
+    sections, _ = _split_keys(raw, findings)
+    failed = _field_problems(sections, findings)
+    view = ConfigView(sections, failed)
+    errors, warnings = no_actors_finding(view)
+    findings.problems.extend(errors)
+    findings.warnings.extend(warnings)
+    findings.problems.extend(cross_key_problems(view))
+    return findings, view
+
+
+def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
+    """Typed settings from the raw map: key shape, fields and cross-key checks (no secrets, no caps).
+
+    Raises ConfigError listing every problem.
+    """
+    findings, view = _check_settings(raw)
+    if findings.problems:
+        raise ConfigError(findings.problems)
+    return StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
+
+
+def secret_problems(settings: StackSettings, state: SecretState) -> list[Problem]:
+    """One problem per required secret that is missing or stored in plain text."""
+    return _secret_problems(((key, purpose) for key, purpose in required_secrets(settings)), state)
+
+
+def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, purpose in needed:
         present, secret = state(key)
         command = secret_set_command(key)
         if not present:
-            problems.append(f"{PROJECT}:{key} is not set: it holds {purpose}. Run `{command}`")
+            problems.append(Problem(key, f"is not set: it holds {purpose}. Run `{command}`"))
         elif not secret:
             problems.append(
-                f"{PROJECT}:{key} is stored in plain text: it holds {purpose}. Remove it with "
-                f"`pulumi config rm {PROJECT}:{key}`, then run `{command}`"
+                Problem(
+                    key,
+                    f"is stored in plain text: it holds {purpose}. Remove it with `pulumi config rm {PROJECT}:{key}`, "
+                    f"then run `{command}`",
+                )
             )
     return problems
-
-
-def egress_problems(settings: StackSettings) -> list[str]:
-    """Substrate's own constraints on the egress policies, checked before anything is registered."""
-    if not settings.substrate.egress.enabled:
-        return []
-    return [f"{PROJECT}:substrate.egress: {problem}" for problem in settings_problems(egress_settings(settings))]
 
 
 def egress_settings(settings: StackSettings) -> EgressPolicySettings:
@@ -76,12 +215,51 @@ def egress_settings(settings: StackSettings) -> EgressPolicySettings:
     )
 
 
+def egress_problems(settings: StackSettings) -> list[Problem]:
+    """Substrate's own constraints on the egress policies (a backstop behind the field checks)."""
+    if not settings.substrate.egress.enabled:
+        return []
+    return [
+        Problem(EGRESS_INPUT_KEYS.get(problem.field, "substrate.egress"), problem.message)
+        for problem in settings_problems(egress_settings(settings))
+    ]
+
+
 def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack:
-    """Validate everything; raise ConfigError listing every problem."""
-    settings = parse_settings(raw)
-    rules = compile_budget_rules(settings.budgets, settings.budget_policy.exclusion_slots)
-    problems = secret_problems(settings, state)
-    problems += egress_problems(settings)
-    if problems:
-        raise ConfigError("invalid stack configuration:\n  - " + "\n  - ".join(problems))
-    return ValidatedStack(settings, rules)
+    """Validate everything; raise ConfigError listing every problem, or return what the components need."""
+    findings, view = _check_settings(raw)
+
+    budgets, budget_policy = view.typed("budgets"), view.typed("budgetPolicy")
+    rules: BudgetRules | None = None
+    if budgets is not None and budget_policy is not None:
+        try:
+            rules = compile_budget_rules(budgets, budget_policy.exclusion_slots)
+        except ConfigError as error:
+            findings.problems.extend(error.problems)
+
+    if view.typed("providers") is not None and view.typed("redis") is not None:
+        findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))
+
+    settings: StackSettings | None = None
+    if not findings.problems:
+        settings = StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
+    if settings is not None and not findings.touches(*EGRESS_SECTIONS):
+        findings.problems.extend(egress_problems(settings))
+
+    if findings.problems or settings is None or rules is None:
+        raise ConfigError(findings.problems or [Problem("", "the configuration could not be read")])
+    return ValidatedStack(settings, rules, tuple(findings.warnings))
+
+
+__all__ = [
+    "MISSING",
+    "ConfigError",
+    "Problem",
+    "SecretState",
+    "ValidatedStack",
+    "egress_problems",
+    "egress_settings",
+    "parse_settings",
+    "secret_problems",
+    "validate_stack",
+]

@@ -249,7 +249,8 @@ def test_a_class_too_large_for_one_match_is_refused_with_how_to_split_it():
     with pytest.raises(ConfigError) as caught:
         compile_budget_rules(make_budgets(classes=[("huge", 9, "Day", ids)]), 127)
     message = str(caught.value)
-    assert "agent-budgets:budgets.classes[0] ('huge')" in message
+    assert caught.value.keys == ["agent-budgets:budgets.classes[0].actors"]
+    assert "class 'huge'" in message
     assert "over Envoy Gateway's 1024" in message
     assert "append a new class with the same tokens" in message
 

@@ -17,7 +17,8 @@ import pytest
 
 from components.platform_releases import Platform, PlatformDeps
 from core import platform_values as pv
-from core.settings import StackSettings, parse_settings
+from core.settings import StackSettings
+from core.validation import parse_settings
 from tests.support.monitor import RecordingMonitor, Registration
 from tests.support.program import ProgramRun, run_program, stack_config
 from tests.test_rate_limit_store import (

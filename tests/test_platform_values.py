@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from core import platform_values as pv
-from core.settings import ConfigError, StackSettings, parse_settings
+from core.settings import ConfigError, StackSettings
+from core.validation import parse_settings
 from tests.support.program import ROOT, stack_config
 
 BASE: dict[str, Any] = {
@@ -331,9 +332,10 @@ BAD: list[tuple[str, dict[str, Any], list[str]]] = [
      ["agent-budgets:redis", "'redis.internal:70000'", "1 to 65535"]),
     ("url without port", {"redis": {**EXTERNAL, "url": "redis.internal"}}, ["agent-budgets:redis", "host:port"]),
     ("in-cluster with url", {"redis": {"url": "redis.internal:6379"}},
-     ["agent-budgets:redis", "apply only to mode external"]),
+     ["agent-budgets:redis.url: applies only to mode external"]),
     ("external with in-cluster storage", {"redis": {**EXTERNAL, "storageSize": "5Gi", "protect": True}},
-     ["agent-budgets:redis", "protect, storageSize apply only to mode in-cluster"]),
+     ["agent-budgets:redis.storageSize: applies only to mode in-cluster",
+      "agent-budgets:redis.protect: applies only to mode in-cluster"]),
     ("bad password key", {"redis": {**EXTERNAL, "passwordConfig": "redis password"}},
      ["agent-budgets:redis.passwordConfig", "'redis password'"]),
     ("bad storage size", {"redis": {"storageSize": "lots"}}, ["agent-budgets:redis.storageSize", "'lots'"]),

@@ -11,7 +11,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from core.budget_rules import compile_budget_rules
-from core.settings import parse_settings
+from core.validation import parse_settings
 from tests.support.program import ProgramRun, RecordingMocks, Registered, run_program, stack_config
 
 OPENAI_KEY = "sk-test-openai-0123456789"
@@ -263,13 +263,13 @@ def test_egress_policies_allow_the_gateway_port():
     [
         ({"budgets": {"default": {"tokens": -1, "per": "Day"}}}, "agent-budgets:budgets.default.tokens"),
         ({"actors": ["not-an-actor"]}, "agent-budgets:actors"),
-        ({"colour": "blue"}, "agent-budgets:colour: unknown configuration key"),
+        ({"colour": "blue"}, "agent-budgets:colour: unknown key"),
         (
             {
                 "providers": [{"name": "openai", "kind": "openai"}],
                 "routes": [{"name": "gpt", "models": ["gpt"], "provider": "openai"}],
             },
-            "agent-budgets:openaiApiKey is not set",
+            "agent-budgets:openaiApiKey: is not set",
         ),
     ],
 )
@@ -285,7 +285,7 @@ def test_bad_configuration_stops_the_program_before_any_resource(change, fragmen
 
 def test_a_provider_key_in_plain_text_is_refused():
     config = real_config()
-    with pytest.raises(pulumi.RunError, match="agent-budgets:anthropicApiKey is stored in plain text"):
+    with pytest.raises(pulumi.RunError, match="agent-budgets:anthropicApiKey: is stored in plain text"):
         run_program(config, secrets={"openaiApiKey": OPENAI_KEY}, plain={"anthropicApiKey": ANTHROPIC_KEY})
 
 

@@ -20,7 +20,8 @@ from pulumi.runtime import rpc
 
 from components.rate_limit_store import RateLimitStore
 from core import platform_values as pv
-from core.settings import PROJECT, RedisSettings, StackSettings, parse_settings
+from core.settings import PROJECT, RedisSettings, StackSettings
+from core.validation import parse_settings
 from tests.support.monitor import RecordingMonitor
 
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from core.settings import ConfigError, parse_settings, required_secrets
-from core.validation import secret_problems, validate_stack
+from core.settings import ConfigError, required_secrets
+from core.validation import parse_settings, secret_problems, validate_stack
 from tests.support.program import stack_config
 
 BASE: dict[str, Any] = {
@@ -149,7 +149,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "unknown top-level key",
         with_changes(budget={"default": {"tokens": 1, "per": "Day"}}),
-        ["agent-budgets:budget: unknown configuration key", "budgets"],
+        ["agent-budgets:budget: unknown key", "did you mean `budgets`"],
     ),
     (
         "unknown nested key",
@@ -165,7 +165,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
         ),
         ["agent-budgets:budgets.classes[0].priority", "unknown key"],
     ),
-    ("missing actors", {"budgets": BASE["budgets"]}, ["agent-budgets:actors", "required"]),
+    ("missing actors", {"budgets": BASE["budgets"]}, ["agent-budgets:actors: is not set", "allowNoActors"]),
     (
         "route to unknown provider",
         with_changes(routes=[{"name": "r", "models": ["m"], "provider": "nope"}]),
@@ -242,7 +242,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "egress port is the gateway's",
         with_changes(substrate={"egress": {"port": 8080}}),
-        ["agent-budgets:substrate.egress.port", "unknown key"],
+        ["agent-budgets:substrate.egress.port", "moved to `agent-budgets:gateway.port`"],
     ),
     (
         "bad buffer limit",
@@ -314,11 +314,11 @@ def test_remote_providers_need_their_key_as_a_secret():
     assert [key for key, _ in required_secrets(settings)] == ["openaiApiKey", "anthropicKey", "redisPassword"]
     state = {"openaiApiKey": (True, True), "anthropicKey": (True, False), "redisPassword": (False, False)}
     problems = secret_problems(settings, lambda key: state[key])
-    assert len(problems) == 2
-    assert "agent-budgets:anthropicKey is stored in plain text" in problems[0]
-    assert "pulumi config set --secret agent-budgets:anthropicKey" in problems[0]
-    assert "agent-budgets:redisPassword is not set" in problems[1]
-    assert "pulumi config set --secret agent-budgets:redisPassword" in problems[1]
+    assert [problem.key for problem in problems] == ["anthropicKey", "redisPassword"]
+    assert problems[0].render().startswith("agent-budgets:anthropicKey: is stored in plain text")
+    assert "pulumi config set --secret agent-budgets:anthropicKey" in problems[0].message
+    assert problems[1].render().startswith("agent-budgets:redisPassword: is not set")
+    assert "pulumi config set --secret agent-budgets:redisPassword" in problems[1].message
 
 
 def test_load_refuses_a_missing_provider_key_before_anything_is_built():
@@ -326,7 +326,7 @@ def test_load_refuses_a_missing_provider_key_before_anything_is_built():
         providers=[{"name": "openai", "kind": "openai"}],
         routes=[{"name": "gpt", "models": ["gpt-4o"], "provider": "openai"}],
     )
-    with pytest.raises(ConfigError, match=r"agent-budgets:openaiApiKey is not set"):
+    with pytest.raises(ConfigError, match=r"agent-budgets:openaiApiKey: is not set"):
         validate_stack(config, state=lambda key: (False, False))
 
 

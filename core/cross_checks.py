@@ -1,0 +1,396 @@
+"""Checks that need two or more keys, run even when other keys are wrong.
+
+Every check reads the raw configuration through `ConfigView`, which fills in the defaults of keys a stack
+leaves out, and skips only what it cannot judge: a class whose `actors` is not a list is not checked for
+membership, but every other class still is. So one `pulumi preview` reports a bad `per` together with a
+class member missing from `actors` and a route to a provider that does not exist.
+
+To add a check: write `def check_x(view: ConfigView) -> Iterator[Problem]` (yield one Problem per finding,
+keyed by the full path of the offending value) and append it to `CROSS_CHECKS`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from core import egress
+from core.config_messages import aliases, field_at, model_at
+from core.problems import PROJECT, Problem
+from core.settings import (
+    PROVIDER_DEFAULT_HOSTS,
+    REDIS_EXTERNAL_ONLY,
+    REDIS_IN_CLUSTER_ONLY,
+    StackSettings,
+    redis_url_problem,
+    version_tuple,
+)
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, mode="json")
+    if isinstance(value, list):
+        return [_dump(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """The configuration as written, with defaults where keys were left out, and which sections failed."""
+
+    raw: Mapping[str, Any]
+    failed: frozenset[str] = frozenset()
+    _typed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, *path: str | int) -> Any:
+        """The value at `path` (camelCase keys, list indexes), its default when left out, else MISSING."""
+        node: Any = self.raw
+        walked: list[str | int] = []
+        for part in path:
+            if isinstance(part, int):
+                node = node[part] if isinstance(node, list) and 0 <= part < len(node) else MISSING
+            elif isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, Mapping):
+                info = field_at([*walked, part]) if model_at(walked) is not None else None
+                node = (
+                    MISSING
+                    if info is None or info.is_required()
+                    else _dump(info.get_default(call_default_factory=True))
+                )
+            else:
+                node = MISSING
+            walked.append(part)
+        return node
+
+    def entries(self, *path: str | int) -> list[tuple[int, Mapping[str, Any]]]:
+        """The map entries of the list at `path`, with their index (other entries and non-lists: none)."""
+        value = self.get(*path)
+        if not isinstance(value, list):
+            return []
+        return [(index, entry) for index, entry in enumerate(value) if isinstance(entry, Mapping)]
+
+    def strings(self, *path: str | int) -> list[tuple[int, str]] | None:
+        """The strings of the list at `path` with their index, or None when `path` is not a list."""
+        value = self.get(*path)
+        if not isinstance(value, list):
+            return None
+        return [(index, item) for index, item in enumerate(value) if isinstance(item, str)]
+
+    def typed(self, key: str) -> Any:
+        """The validated value of top-level `key`, or None when that section has a field error."""
+        if key in self.failed:
+            return None
+        if key not in self._typed:
+            name = aliases(StackSettings)[key]
+            info = StackSettings.model_fields[name]
+            adapter: TypeAdapter[Any] = _adapter(name)
+            raw = self.get(key)
+            try:
+                self._typed[key] = (
+                    info.get_default(call_default_factory=True)
+                    if raw is MISSING
+                    else adapter.validate_python(raw, by_alias=True, by_name=False)
+                )
+            except ValidationError:
+                self._typed[key] = None
+        return self._typed[key]
+
+
+@functools.cache
+def _adapter(name: str) -> TypeAdapter[Any]:
+    # Top-level fields carry no constraints of their own: their type holds every rule.
+    return TypeAdapter(StackSettings.model_fields[name].annotation)
+
+
+Check = Callable[[ConfigView], Iterator[Problem]]
+
+
+def _name(entry: Mapping[str, Any]) -> Any:
+    return entry.get("name")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Actors and budgets
+
+
+def check_actors_listed_once(view: ConfigView) -> Iterator[Problem]:
+    """Each actor once: a second entry would be a second egress policy resource of the same name."""
+    seen: dict[str, int] = {}
+    for index, actor in view.strings("actors") or []:
+        if actor in seen:
+            yield Problem(
+                f"actors[{index}]", f"{actor!r} is listed twice (also actors[{seen[actor]}]): list each actor once"
+            )
+        else:
+            seen[actor] = index
+
+
+def check_class_names_unique(view: ConfigView) -> Iterator[Problem]:
+    """Class names are unique: they name the rule in outputs and documentation."""
+    seen: dict[str, int] = {}
+    for index, entry in view.entries("budgets", "classes"):
+        name = _name(entry)
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            yield Problem(
+                f"budgets.classes[{index}].name",
+                f"{name!r} is used twice (also classes[{seen[name]}]): class names must be unique",
+            )
+        else:
+            seen[name] = index
+
+
+def check_class_members(view: ConfigView) -> Iterator[Problem]:
+    """Every class member is in `actors`, and in at most one class (all matching rules apply)."""
+    listed = view.strings("actors")
+    known = {actor for _, actor in listed} if listed is not None else None
+    owner: dict[str, str] = {}
+    for class_index, entry in view.entries("budgets", "classes"):
+        class_name = _name(entry) if isinstance(_name(entry), str) else f"classes[{class_index}]"
+        for actor_index, actor in view.strings("budgets", "classes", class_index, "actors") or []:
+            key = f"budgets.classes[{class_index}].actors[{actor_index}]"
+            if known is not None and actor not in known:
+                yield Problem(key, f"{actor!r} (class {class_name!r}) is not in {PROJECT}:actors: add it there first")
+            if actor in owner:
+                yield Problem(
+                    key,
+                    f"{actor!r} is in class {owner[actor]!r} and class {class_name!r}: an actor may be in at most "
+                    "one class (every matching rule applies, so the smaller budget would win)",
+                )
+            else:
+                owner[actor] = class_name
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Providers and routes
+
+
+def _provider_names(view: ConfigView) -> list[str] | None:
+    providers = view.get("providers")
+    if not isinstance(providers, list):
+        return None
+    return [name for _, entry in view.entries("providers") if isinstance(name := _name(entry), str)]
+
+
+def check_providers(view: ConfigView) -> Iterator[Problem]:
+    """Unique names; one mock at most; the mock has no remote settings; Anthropic needs Agent Router v1.2."""
+    seen: dict[str, int] = {}
+    mocks = 0
+    for index, entry in view.entries("providers"):
+        name = _name(entry)
+        if isinstance(name, str):
+            if name in seen:
+                yield Problem(
+                    f"providers[{index}].name",
+                    f"{name!r} is used twice (also providers[{seen[name]}]): provider names must be unique",
+                )
+            seen.setdefault(name, index)
+        if entry.get("kind") == "mock":
+            mocks += 1
+            if mocks == 2:
+                yield Problem(f"providers[{index}].kind", "a second mock provider: one in-cluster mock model is enough")
+            remote = [key for key in ("hostname", "port", "apiKeyConfig") if entry.get(key) is not None]
+            if remote:
+                yield Problem(
+                    f"providers[{index}]",
+                    f"provider {name!r} is kind mock: it runs in the cluster, so {', '.join(remote)} "
+                    "do not apply (remove them)",
+                )
+        if entry.get("kind") == "anthropic":
+            version = view.get("platform", "agentRouterVersion")
+            try:
+                too_old = isinstance(version, str) and version_tuple(version) < (1, 2, 0)
+            except ValueError:
+                too_old = False  # the version's own error is reported by its field
+            if too_old:
+                yield Problem(
+                    f"providers[{index}].kind",
+                    f"provider {name!r} is anthropic, but Agent Router {version} cannot translate "
+                    f"/v1/chat/completions to Anthropic's API: set {PROJECT}:platform.agentRouterVersion to "
+                    "v1.2.0 or newer",
+                )
+
+
+def check_routes(view: ConfigView) -> Iterator[Problem]:
+    """At least one route; unique names; each names a configured provider; each model on one route."""
+    routes = view.get("routes")
+    if isinstance(routes, list) and not routes:
+        yield Problem(
+            "routes",
+            "is empty: declare at least one model route, e.g. [{name: mock, models: [mock-model], provider: mock}]",
+        )
+    providers = _provider_names(view)
+    names: dict[str, int] = {}
+    served_by: dict[str, str] = {}
+    for index, entry in view.entries("routes"):
+        name = _name(entry)
+        if isinstance(name, str):
+            if name in names:
+                yield Problem(
+                    f"routes[{index}].name",
+                    f"{name!r} is used twice (also routes[{names[name]}]): route names must be unique",
+                )
+            names.setdefault(name, index)
+        provider = entry.get("provider")
+        if providers is not None and isinstance(provider, str) and provider not in providers:
+            yield Problem(
+                f"routes[{index}].provider",
+                f"{provider!r} is not a configured provider (have {', '.join(providers) or 'none'}): "
+                f"add it to {PROJECT}:providers or fix the name",
+            )
+        for model_index, model in view.strings("routes", index, "models") or []:
+            if model in served_by and served_by[model] != name:
+                yield Problem(
+                    f"routes[{index}].models[{model_index}]",
+                    f"{model!r} is already served by route {served_by[model]!r}: each model name belongs to one route",
+                )
+            served_by.setdefault(model, name if isinstance(name, str) else f"routes[{index}]")
+
+
+def check_extra_hostnames_reach_no_provider(view: ConfigView) -> Iterator[Problem]:
+    """Actors reach models only through the gateway: no extra egress host may be (or cover) a provider."""
+    provider_hosts = sorted(
+        {
+            host
+            for _, entry in view.entries("providers")
+            if isinstance(host := entry.get("hostname") or PROVIDER_DEFAULT_HOSTS.get(str(entry.get("kind"))), str)
+        }
+    )
+    for index, host in view.strings("substrate", "egress", "extraHostnames") or []:
+        if egress.hostname_problem(host):
+            continue  # the field's own error says what is wrong with it
+        clashes = egress.provider_host_problems([("extra_hostnames", host)], provider_hosts)
+        if clashes:
+            yield Problem(f"substrate.egress.extraHostnames[{index}]", clashes[0].message)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rate-limit store and platform
+
+
+def check_redis_mode(view: ConfigView) -> Iterator[Problem]:
+    """External Redis needs a url (of its type's shape); in-cluster settings don't mix with external ones."""
+    redis = view.raw.get("redis")  # what the stack wrote: defaults are never "set" by the user
+    if not isinstance(redis, Mapping):
+        return
+    mode = redis.get("mode", "in-cluster")
+    written = {key for key in redis if key != "mode"}
+    if mode == "external":
+        url = redis.get("url")
+        if url is None:
+            yield Problem(
+                "redis.url",
+                (
+                    "mode is external but url is missing: set it to host:port (a comma-separated list for sentinel "
+                    "or cluster)"
+                ),
+            )
+        redis_type = redis.get("type", "single")
+        if isinstance(url, str) and redis_type in ("single", "sentinel", "cluster"):
+            problem = redis_url_problem(url, redis_type)
+            if problem:
+                yield Problem("redis.url", problem)
+        for name in REDIS_IN_CLUSTER_ONLY:
+            key = aliases_of_redis()[name]
+            if key in written:
+                yield Problem(
+                    f"redis.{key}",
+                    "applies only to mode in-cluster: remove it (an external Redis is run, stored and protected by "
+                    "its own operator)",
+                )
+    elif mode == "in-cluster":
+        for name in REDIS_EXTERNAL_ONLY:
+            key = aliases_of_redis()[name]
+            if key in written:
+                yield Problem(f"redis.{key}", "applies only to mode external: remove it, or set redis.mode: external")
+
+
+@functools.cache
+def aliases_of_redis() -> dict[str, str]:
+    """Python field name → stack-file key of the Redis settings."""
+    from core.settings import RedisSettings
+
+    return {name: alias for alias, name in aliases(RedisSettings).items()}
+
+
+def check_platform_versions(view: ConfigView) -> Iterator[Problem]:
+    """Agent Router v1.2 needs Envoy Gateway v1.9.2; shared rules with a response cost need v1.9.0."""
+    gateway_text = view.get("platform", "envoyGatewayVersion")
+    router_text = view.get("platform", "agentRouterVersion")
+    try:
+        gateway = version_tuple(gateway_text) if isinstance(gateway_text, str) else None
+    except ValueError:
+        gateway = None
+    try:
+        router = version_tuple(router_text) if isinstance(router_text, str) else None
+    except ValueError:
+        router = None
+    if gateway is not None and gateway < (1, 9, 0):
+        yield Problem(
+            "platform.envoyGatewayVersion",
+            f"Envoy Gateway {gateway_text} is too old: shared rules with a response cost and 128 header matches "
+            "need v1.9.0 or newer",
+        )
+    elif gateway is not None and router is not None and router >= (1, 2, 0) and gateway < (1, 9, 2):
+        yield Problem(
+            "platform.envoyGatewayVersion",
+            f"Agent Router {router_text} needs Envoy Gateway v1.9.2 or newer, got {gateway_text}: raise "
+            "envoyGatewayVersion",
+        )
+
+
+CROSS_CHECKS: tuple[Check, ...] = (
+    check_actors_listed_once,
+    check_class_names_unique,
+    check_class_members,
+    check_providers,
+    check_routes,
+    check_extra_hostnames_reach_no_provider,
+    check_redis_mode,
+    check_platform_versions,
+)
+
+
+def cross_key_problems(view: ConfigView) -> list[Problem]:
+    """Every cross-key check over the view, in a fixed order."""
+    return [problem for check in CROSS_CHECKS for problem in check(view)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Warnings: accepted, but worth a line in every preview.
+
+
+def no_actors_finding(view: ConfigView) -> tuple[list[Problem], list[Problem]]:
+    """An empty actor list with egress policies on: refused, or (with allowNoActors) a warning.
+
+    Every actor's egress policy is deleted by the next `pulumi up` in that case; a stack must say that it
+    means it.
+    """
+    actors = view.raw.get("actors", MISSING)
+    enabled = view.get("substrate", "egress", "enabled")
+    allowed = view.get("allowNoActors")
+    if not (actors is MISSING or actors == []) or enabled is not True:
+        return [], []
+    written = "is not set" if actors is MISSING else "is empty"
+    if allowed is True:
+        warning = Problem(
+            "actors",
+            f"{written} and allowNoActors is true: this stack manages no egress policy, so `pulumi up` deletes "
+            "every actor egress policy it created before",
+        )
+        return [], [warning]
+    error = Problem(
+        "actors",
+        f"{written} while egress policies are enabled: the next `pulumi up` would delete every actor's egress "
+        f"policy. List the actors, or set `{PROJECT}:allowNoActors: true` if that is what you want",
+    )
+    return [error], []
