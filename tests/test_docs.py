@@ -1,0 +1,245 @@
+"""The documentation stays navigable: a short front door, and no link that leads nowhere.
+
+README.md is the front door (at most 250 lines); `docs/` is the manual. Every relative link in
+README.md, CHANGELOG.md and docs/**/*.md must name a file or folder that exists, and every `#anchor`
+must name a heading of its target, slugged the way GitHub renders them (github-slugger: lowercase,
+drop punctuation except `-` and `_`, each space becomes `-`, a repeated slug gets `-1`, `-2`, ...).
+Every page of the manual is listed in its index, docs/README.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 250
+
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
+# [text](target "title") and ![alt](target): the target is a run without spaces, or <...>.
+_INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
+_REFERENCE_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)")
+_HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.IGNORECASE)
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading's text (before de-duplication)."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading counts by its text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML is not part of the text
+    kept = "".join(ch for ch in text.lower() if ch.isalnum() or ch in "-_ ")
+    return kept.replace(" ", "-")
+
+
+def _prose_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
+    fence: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _FENCE.match(line)
+        if match:
+            marker = match.group(1)
+            if fence is None:
+                fence = marker
+                continue
+            if marker == fence:
+                fence = None
+                continue
+        if fence is None:
+            yield number, line
+
+
+def anchors(text: str) -> set[str]:
+    """Every anchor a Markdown document offers: its headings' slugs (de-duplicated) and HTML anchors."""
+    seen: dict[str, int] = {}
+    found: set[str] = set()
+    for _, line in _prose_lines(text):
+        found.update(_HTML_ANCHOR.findall(line))
+        match = _HEADING.match(line)
+        if not match:
+            continue
+        slug = github_slug(match.group(2))
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link target as written, and where."""
+
+    source: Path
+    line: int
+    target: str
+
+
+def links(path: Path) -> list[Link]:
+    """Every link target in a Markdown file, outside code blocks and inline code."""
+    found: list[Link] = []
+    for number, line in _prose_lines(path.read_text(encoding="utf-8")):
+        prose = _INLINE_CODE.sub("", line)
+        targets = [m.group(1) for m in _INLINE_LINK.finditer(prose)]
+        definition = _REFERENCE_DEFINITION.match(prose)
+        if definition:
+            targets.append(definition.group(1))
+        found.extend(Link(path, number, target.strip("<>")) for target in targets)
+    return found
+
+
+def broken_links(paths: list[Path], root: Path) -> list[str]:
+    """Each relative link that names a missing file or folder, or a missing heading, with the reason."""
+    anchor_cache: dict[Path, set[str]] = {}
+
+    def anchors_of(target: Path) -> set[str]:
+        if target not in anchor_cache:
+            anchor_cache[target] = anchors(target.read_text(encoding="utf-8"))
+        return anchor_cache[target]
+
+    problems: list[str] = []
+    for path in paths:
+        for link in links(path):
+            if _SCHEME.match(link.target) or link.target.startswith("//"):
+                continue  # http(s), mailto: checked by nobody here
+            file_part, _, fragment = link.target.partition("#")
+            target = (path.parent / file_part).resolve() if file_part else path.resolve()
+            where = f"{path.relative_to(root)}:{link.line}: {link.target}"
+            if file_part.startswith("/"):
+                problems.append(f"{where}: absolute path (write it relative to the file)")
+                continue
+            if not target.exists():
+                problems.append(f"{where}: no such file or folder")
+                continue
+            if root.resolve() not in (target, *target.parents):
+                problems.append(f"{where}: points outside the repository")
+                continue
+            if not fragment:
+                continue
+            if target.suffix != ".md" or not target.is_file():
+                problems.append(f"{where}: an anchor into a file that is not Markdown")
+            elif fragment not in anchors_of(target):
+                problems.append(f"{where}: no heading with anchor #{fragment} in {target.relative_to(root.resolve())}")
+    return problems
+
+
+def documentation_files(root: Path = ROOT) -> list[Path]:
+    """README.md, CHANGELOG.md and every page under docs/."""
+    pages = [root / "README.md", root / "CHANGELOG.md", *sorted((root / "docs").rglob("*.md"))]
+    return [page for page in pages if page.is_file()]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The project's own documentation.
+
+
+def test_readme_is_a_short_front_door():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move the detail into a page under docs/"
+    )
+
+
+def test_the_documentation_files_exist():
+    names = {path.relative_to(ROOT).as_posix() for path in documentation_files()}
+    assert {"README.md", "CHANGELOG.md", "docs/README.md", "docs/configuration.md"} <= names
+
+
+def test_every_relative_link_resolves_to_a_file_and_heading():
+    problems = broken_links(documentation_files(), ROOT)
+    assert problems == [], "broken links:\n" + "\n".join(problems)
+
+
+def test_every_manual_page_is_in_the_index():
+    index = ROOT / "docs" / "README.md"
+    linked = {
+        (index.parent / link.target.partition("#")[0]).resolve()
+        for link in links(index)
+        if not _SCHEME.match(link.target) and link.target.partition("#")[0]
+    }
+    pages = {page.resolve() for page in (ROOT / "docs").rglob("*.md") if page != index}
+    missing = sorted(str(page.relative_to(ROOT)) for page in pages - linked)
+    assert missing == [], f"pages not listed in docs/README.md: {missing}"
+
+
+def test_the_changelog_has_an_unreleased_section():
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## [Unreleased]" in text
+    sections = re.findall(r"^### (\w+)", text.split("## [Unreleased]", 1)[1].split("\n## ", 1)[0], re.MULTILINE)
+    allowed = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    assert sections and set(sections) <= allowed, f"Keep a Changelog section names only, got {sections}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The checker itself: it must catch what it claims to.
+
+
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        ("Budget semantics", "budget-semantics"),
+        ("Egress policies: how agents reach the gateway", "egress-policies-how-agents-reach-the-gateway"),
+        ("What `make up` does", "what-make-up-does"),
+        ("Fail-open or fail-closed", "fail-open-or-fail-closed"),
+        ("`substrate.egress.port` → `gateway.port`", "substrateegressport--gatewayport"),
+        ("Redis persistence, counter resets (and rotation)", "redis-persistence-counter-resets-and-rotation"),
+        ("The [policy pack](policy-pack.md)", "the-policy-pack"),
+        ("snake_case keys", "snake_case-keys"),
+    ],
+)
+def test_slugs_follow_github(heading, slug):
+    assert github_slug(heading) == slug
+
+
+def test_the_checker_reports_each_kind_of_broken_link(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "budgets.md").write_text(
+        "# Budgets\n\n## Limits\n\ntext\n\n## Limits\n\n## Why: the `layout`\n", encoding="utf-8"
+    )
+    (tmp_path / "tool.py").write_text("print()\n", encoding="utf-8")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "\n".join(
+            [
+                "# Front door",
+                "",
+                "[ok file](docs/budgets.md), [ok anchor](docs/budgets.md#limits),",
+                "[ok duplicate](docs/budgets.md#limits-1), [ok punctuation](docs/budgets.md#why-the-layout)",
+                "[ok same file](#front-door), [ok folder](docs/), [web](https://example.com/x.md#nope)",
+                "[missing file](docs/nope.md)",
+                "[missing anchor](docs/budgets.md#limit)",
+                "[missing twice](docs/budgets.md#limits-2)",
+                "[missing here](#back-door)",
+                "[anchor into code](tool.py#L1)",
+                "![missing image](docs/figure.png)",
+                "[absolute](/docs/budgets.md)",
+                "`[in code](docs/ignored.md)`",
+                "```",
+                "[in a block](docs/ignored-too.md)",
+                "```",
+                "[ref]: docs/gone.md",
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    problems = broken_links([readme, tmp_path / "docs" / "budgets.md"], tmp_path)
+    assert problems == [
+        "README.md:6: docs/nope.md: no such file or folder",
+        "README.md:7: docs/budgets.md#limit: no heading with anchor #limit in docs/budgets.md",
+        "README.md:8: docs/budgets.md#limits-2: no heading with anchor #limits-2 in docs/budgets.md",
+        "README.md:9: #back-door: no heading with anchor #back-door in README.md",
+        "README.md:10: tool.py#L1: an anchor into a file that is not Markdown",
+        "README.md:11: docs/figure.png: no such file or folder",
+        "README.md:12: /docs/budgets.md: absolute path (write it relative to the file)",
+        "README.md:17: docs/gone.md: no such file or folder",
+    ]
+
+
+def test_headings_in_code_blocks_are_not_anchors():
+    text = "# Real\n\n```sh\n# not a heading\n```\n\n## Real\n"
+    assert anchors(text) == {"real", "real-1"}
