@@ -2,14 +2,16 @@
 
 README.md is the front door (at most 250 lines); `docs/` is the manual. Every relative link in
 README.md, CHANGELOG.md and docs/**/*.md must name a file or folder that exists, and every `#anchor`
-must name a heading of its target, slugged the way GitHub renders them (github-slugger: lowercase,
-drop punctuation except `-` and `_`, each space becomes `-`, a repeated slug gets `-1`, `-2`, ...).
+must name a heading of its target, slugged the way GitHub renders them: lowercase, every character
+dropped but letters, digits, `-`, `_` and spaces, each space made `-`, and a repeated slug suffixed
+`-1`, `-2`, ... (GitHub's table-of-contents filter; github-slugger does the same).
 Every page of the manual is listed in its index, docs/README.md.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +31,17 @@ _HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.IGNORECASE)
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
+def _kept_in_slug(ch: str) -> bool:
+    """GitHub keeps word characters (Ruby's `\\p{Word}`: letters, marks, decimal and letter numbers,
+    connector punctuation such as `_`), `-` and spaces, and drops everything else."""
+    return ch in "- " or unicodedata.category(ch)[0] in "LM" or unicodedata.category(ch) in {"Nd", "Nl", "Pc"}
+
+
 def github_slug(heading: str) -> str:
     """The anchor GitHub gives a heading's text (before de-duplication)."""
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading counts by its text
     text = re.sub(r"<[^>]+>", "", text)  # inline HTML is not part of the text
-    kept = "".join(ch for ch in text.lower() if ch.isalnum() or ch in "-_ ")
-    return kept.replace(" ", "-")
+    return "".join(ch for ch in text.strip().lower() if _kept_in_slug(ch)).replace(" ", "-")
 
 
 def _prose_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -189,6 +196,8 @@ def test_the_changelog_has_an_unreleased_section():
         ("Redis persistence, counter resets (and rotation)", "redis-persistence-counter-resets-and-rotation"),
         ("The [policy pack](policy-pack.md)", "the-policy-pack"),
         ("snake_case keys", "snake_case-keys"),
+        ("README ≤ 250 lines, x² and ½", "readme--250-lines-x-and-"),
+        ("Überblick", "überblick"),
     ],
 )
 def test_slugs_follow_github(heading, slug):
