@@ -4,7 +4,7 @@ VENV ?= venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: help venv test lint unit up down e2e crds bench bench-e2e
+.PHONY: help venv test lint unit up down e2e crds bench bench-e2e docs
 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench-e2e  latency added by the full path, against the live dev stack"
 	@echo "make bench      resources registered and seconds for 100, 1,000 and 10,000 actors (mocks)"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
+	@echo "make docs       regenerate the configuration reference in docs/configuration.md from the models"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -60,6 +61,9 @@ e2e: $(STAMP)
 
 bench-e2e: $(STAMP)
 	$(BIN)/python -m tests.e2e.bench_latency
+
+docs: $(STAMP)
+	$(BIN)/python scripts/gen_config_docs.py
 
 crds:
 	bash scripts/fetch-crds.sh
