@@ -6,6 +6,12 @@ under which Redis key each one counts. It follows the translation described for 
 (src/limiter/cache_key.go): `<domain>_<key1>_<value1>_..._<windowStart>`.
 
 * shared rules: domain `<policyNs>/<policyName>`, first entry generic_key `<ns>/<name>/rule/<i>`;
+* non-shared rules: domain = the Envoy Gateway listener name (`<gateway ns>/<gateway>/<listener>`,
+  internal/gatewayapi/helpers.go `irListenerName`), first entry the Envoy route's own name as key and
+  value (internal/xds/translator/ratelimit.go `getRouteDescriptor`; route names are
+  `httproute/<ns>/<name>/rule/<r>/match/<m>/<host with dots as underscores>`, helpers.go `irRouteName`
+  plus route.go). Each route therefore counts on its own: the model answers for one route and listener,
+  named by the caller, and refuses to guess them;
 * header matches of all selectors are concatenated; entry keys are `rule-<k>-match-<m>`, k counted
   separately among shared and non-shared rules;
 * Distinct contributes the header value; Exact / RegularExpression contribute key = value and gate the
@@ -121,16 +127,41 @@ def translation_errors(rules: Sequence[Mapping[str, Any]]) -> list[str]:
     return errors
 
 
+def envoy_route_name(namespace: str, route: str, rule_index: int, match_index: int, hostname: str = "*") -> str:
+    """The name Envoy Gateway gives the Envoy route of one HTTPRoute rule match on one listener hostname
+    (v1.9.0 internal/gatewayapi/helpers.go `irRouteName`; route.go appends the hostname, dots → `_`)."""
+    return f"httproute/{namespace}/{route}/rule/{rule_index}/match/{match_index}/{hostname.replace('.', '_')}"
+
+
+def envoy_listener_name(gateway_namespace: str, gateway: str, listener: str) -> str:
+    """The name Envoy Gateway gives a Gateway listener (v1.9.0 helpers.go `irListenerName`)."""
+    return f"{gateway_namespace}/{gateway}/{listener}"
+
+
 def applied_rules(
     policy_namespace: str,
     policy_name: str,
     rules: Sequence[Mapping[str, Any]],
     request_headers: Mapping[str, str],
+    *,
+    route_name: str | None = None,
+    listener_name: str | None = None,
 ) -> list[AppliedRule]:
     """Every rule whose descriptor Envoy would send for a request with these headers.
 
-    Raises ValueError when Envoy Gateway would reject the policy at translation (see `translation_errors`).
+    A non-shared rule counts per Envoy route: its counter is keyed by the route's name in the listener's
+    domain, so the caller names both (`envoy_route_name`, `envoy_listener_name`); without them the model
+    raises ValueError rather than invent a key. Also raises ValueError when Envoy Gateway would reject
+    the policy at translation (see `translation_errors`).
     """
+    unshared = [index for index, rule in enumerate(rules) if not bool(rule.get("shared", False))]
+    if unshared and (route_name is None or listener_name is None):
+        raise ValueError(
+            f"rule(s) {', '.join(map(str, unshared))} of BackendTrafficPolicy {policy_namespace}/{policy_name} are "
+            "not shared: Envoy Gateway keys their counters by the Envoy route name in the listener's domain, so "
+            "each route has its own bucket. Name the route and listener (route_name=, listener_name=) to ask "
+            "about one route, or make the rules shared: true"
+        )
     errors = translation_errors(rules)
     if errors:
         raise ValueError(
@@ -152,8 +183,9 @@ def applied_rules(
         if shared:
             rule_name = f"{policy_namespace}/{policy_name}/rule/{index}"
             entries.append((rule_name, rule_name))
-        else:  # pragma: no cover - our policy has only shared rules; kept for the policy pack
-            entries.append(("route", "route"))
+        else:
+            assert route_name is not None  # checked above
+            entries.append((route_name, route_name))
         applies = True
         for position, match in enumerate(_header_matches(rule)):
             key = f"rule-{domain_index}-match-{position}"
@@ -177,7 +209,7 @@ def applied_rules(
             entries.append((key, key))
         if not applies:
             continue
-        domain = f"{policy_namespace}/{policy_name}" if shared else "listener"
+        domain = f"{policy_namespace}/{policy_name}" if shared else str(listener_name)
         limit = rule.get("limit") or {}
         applied.append(
             AppliedRule(
@@ -192,10 +224,24 @@ def applied_rules(
 
 
 def rules_for_actor(
-    policy_namespace: str, policy_name: str, rules: Sequence[Mapping[str, Any]], subject: str
+    policy_namespace: str,
+    policy_name: str,
+    rules: Sequence[Mapping[str, Any]],
+    subject: str,
+    *,
+    route_name: str | None = None,
+    listener_name: str | None = None,
 ) -> list[AppliedRule]:
-    """The rules that charge a request whose verified `x-actor-id` is `subject`."""
-    return applied_rules(policy_namespace, policy_name, rules, {"x-actor-id": subject})
+    """The rules that charge a request whose verified `x-actor-id` is `subject` (on the named Envoy
+    route and listener, which matter only for non-shared rules)."""
+    return applied_rules(
+        policy_namespace,
+        policy_name,
+        rules,
+        {"x-actor-id": subject},
+        route_name=route_name,
+        listener_name=listener_name,
+    )
 
 
 def regex_is_valid(pattern: str) -> bool:

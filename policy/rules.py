@@ -64,7 +64,14 @@ from core.egress import (
     patterns_overlap,
 )
 from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
-from core.ratelimit_model import header_match_error, regex_is_valid, rules_for_actor, translation_errors
+from core.ratelimit_model import (
+    envoy_listener_name,
+    envoy_route_name,
+    header_match_error,
+    regex_is_valid,
+    rules_for_actor,
+    translation_errors,
+)
 from core.settings import PROJECT
 
 PACK_NAME = "agent-budgets"
@@ -797,6 +804,11 @@ def check_idp_trust_verifies(resource: Resource, config: Mapping[str, Any]) -> l
 # Stack checks
 
 
+# Any one Envoy route of the Gateway (the coverage check asks which rules apply, not under which key).
+COVERAGE_ROUTE = envoy_route_name("<namespace>", "<route>", 0, 0)
+COVERAGE_LISTENER = envoy_listener_name("<namespace>", "<gateway>", "<listener>")
+
+
 @dataclass
 class StackProblem:
     """A stack-level violation, attached to one resource when there is one to blame."""
@@ -855,7 +867,16 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         if translation_errors(policy.rules):
             continue  # Envoy Gateway rejects the whole policy: reported by budget-rules-charge-llm-tokens
         for actor in [*actors, PROBE_ACTOR]:
-            applied = rules_for_actor(namespace, name, policy.rules, actor_subject(actor))
+            # A non-shared rule charges per Envoy route; the pack only counts which rules apply, so any one
+            # route and listener stand for all (their names only matter for the counter key).
+            applied = rules_for_actor(
+                namespace,
+                name,
+                policy.rules,
+                actor_subject(actor),
+                route_name=COVERAGE_ROUTE,
+                listener_name=COVERAGE_LISTENER,
+            )
             if len(applied) == 1:
                 continue
             who = "an actor in no budget class" if actor == PROBE_ACTOR else f"actor {actor}"

@@ -27,7 +27,7 @@ from core.budget_rules import (
     pack_actors,
     re2_escape,
 )
-from core.ratelimit_model import UNIT_SECONDS, AppliedRule, rules_for_actor
+from core.ratelimit_model import UNIT_SECONDS, AppliedRule, envoy_listener_name, envoy_route_name, rules_for_actor
 from core.settings import BudgetsConfig, ConfigError
 
 NS, NAME = "agent-budgets", "agent-budgets"
@@ -301,3 +301,34 @@ def test_packing_uses_few_chunks_and_keeps_every_actor():
     # Greedy packing fills each chunk: no two consecutive chunks could have been merged.
     for first, second in itertools.pairwise(chunks):
         assert len(actors_regex([*first, second[0]])) > MAX_VALUE_LENGTH
+
+
+# --- non-shared rules in the translation model (issue 10, defect 12) ----------------------------------------
+
+
+def _unshared(headers):
+    return {"clientSelectors": [{"headers": headers}], "limit": {"requests": 5, "unit": "Minute"}}
+
+
+def test_a_non_shared_rule_is_keyed_by_the_envoy_route_and_listener_names():
+    """envoyproxy/gateway v1.9.0 internal/xds/translator/ratelimit.go: a non-shared rule's first descriptor
+    entry is the Envoy route's name (getRouteDescriptor) and its domain the listener's name; the match
+    index counts non-shared rules on their own (getDomainRuleIndex)."""
+    shared = {**_unshared([{"name": "x-actor-id", "type": "Distinct"}]), "shared": True}
+    unshared = _unshared([{"name": "x-actor-id", "type": "Distinct"}])
+    route = envoy_route_name("agent-budgets", "mock-small", 0, 1, "llm.example.com")
+    listener = envoy_listener_name("agent-budgets", "agent-router", "http")
+    assert route == "httproute/agent-budgets/mock-small/rule/0/match/1/llm_example_com"
+    assert listener == "agent-budgets/agent-router/http"
+    applied = rules_for_actor(NS, NAME, [shared, unshared], "actor/agents/a", route_name=route, listener_name=listener)
+    assert [(rule.index, rule.domain, rule.entries) for rule in applied] == [
+        (0, f"{NS}/{NAME}", ((f"{NS}/{NAME}/rule/0",) * 2, ("rule-0-match-0", "actor/agents/a"))),
+        (1, listener, ((route, route), ("rule-0-match-0", "actor/agents/a"))),
+    ]
+    assert applied[1].counter_key(86_400 * 3 + 5) == f"{listener}_{route}_{route}_rule-0-match-0_actor/agents/a_259200"
+
+
+def test_the_model_refuses_to_guess_a_non_shared_rules_route_and_listener():
+    with pytest.raises(ValueError, match=r"rule\(s\) 0 of BackendTrafficPolicy .* are not shared") as raised:
+        rules_for_actor(NS, NAME, [_unshared([{"name": "x-actor-id", "type": "Distinct"}])], "actor/agents/a")
+    assert "route_name=, listener_name=" in str(raised.value)

@@ -999,6 +999,19 @@ def test_a_policy_envoy_gateway_would_reject_is_reported_once_not_modelled():
     assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
 
 
+def test_a_non_shared_budget_rule_is_reported_and_still_counted_by_the_coverage_rule():
+    """The translation model refuses to invent a non-shared rule's counter key (issue 10, defect 12); the
+    coverage rule names a route and listener for it, so it still counts which rules apply."""
+    resources = captured("dev")
+    _budget_rules(resources).append({**_nothing_rule(), "shared": False})
+    [violation] = validate(rules.budget_rules_charge_llm_tokens, "dev", resources)
+    assert "budget rule 1 is not `shared: true`" in violation
+    assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
+    _budget_rules(resources)[-1]["clientSelectors"] = [{"headers": [dict(_DISTINCT)]}]
+    covered_twice = validate(rules.budget_rules_cover_each_actor_once, "dev", resources)
+    assert covered_twice and all("falls in 2 budget rules (0, 1)" in line for line in covered_twice)
+
+
 def test_a_rejected_header_match_whose_value_is_unknown_during_preview_is_skipped():
     resources = captured("dev")
     _budget_rules(resources)[0]["clientSelectors"][0]["headers"][0]["invert"] = UNKNOWN_STRING_VALUE

@@ -1,0 +1,387 @@
+"""How big the message is that Envoy Gateway sends Agent Router's extension server, for a budget policy.
+
+Why this matters: Envoy Gateway copies every global rate-limit rule of a Gateway-wide
+BackendTrafficPolicy into the `typed_per_filter_config` of *each* Envoy route it builds, and its
+post-translate hook sends all routes (with clusters, listeners and secrets) to the extension server in
+one gRPC message. Both ends cap that message (Envoy Gateway `extensionManager.maxMessageSize`, Agent
+Router `controller.maxRecvMsgSize`, 4 MiB by default). A message over the cap fails the hook, and Envoy
+Gateway then keeps the last good configuration: no later budget change reaches Envoy.
+
+Facts this model follows (envoyproxy/gateway tag v1.9.0 unless named):
+
+* `internal/xds/translator/ratelimit.go`: `patchRouteWithRateLimit` adds one `RateLimitPerRoute`
+  (domain + rate limits) per domain to every route that has a route action, keyed
+  `envoy.filters.http.ratelimit/<domain>` for shared rules; `buildRouteRateLimits` writes, per rule, a
+  `RateLimit` with a generic key `<ns>/<name>/rule/<i>` and one action per header match
+  (`request_headers` for Distinct, `header_value_match` with `expect_match` otherwise), the request
+  cost as `hits_addend`, and a second `RateLimit` with `apply_on_stream_done` for the response cost.
+  `limit.fromMetadata` adds a dynamic-metadata `limit` override to both.
+* `internal/gatewayapi/backendtrafficpolicy.go` `translateRateLimitCost`: a Metadata cost is the format
+  string `%DYNAMIC_METADATA(<namespace>:<key>)%`; a Number cost is a `UInt64Value`.
+* `internal/xds/translator/route.go`: a direct-response route has no route action, so it carries no
+  rate limits (Agent Router's `route-not-found` catch-all per AIGatewayRoute is one of those:
+  envoyproxy/ai-gateway v1.1.0 `internal/controller/ai_gateway_route.go`).
+* `internal/gatewayapi/route.go` `irRouteName`: one Envoy route per HTTPRoute rule *match*; an
+  AIGatewayRoute rule gets one match per model name (core/manifests.py `route_manifest`).
+* `internal/xds/translator/extension.go` + `proto/extension/service.proto`: `PostTranslateModifyRequest`
+  carries every cluster, secret, listener and route configuration at once.
+* `internal/extension/grpc.go`: `maxMessageSize` sets both the send and the receive cap of Envoy
+  Gateway's client; unset, gRPC's 4 MiB receive default applies to the extension server's reply.
+* envoyproxy/ai-gateway v1.1.0 `cmd/controller/main.go`: `maxRecvMsgSize` default `4*1024*1024`.
+
+The rate-limit part is computed byte for byte with the protobuf wire format (field numbers from the
+Envoy API: envoy/config/route/v3/route_components.proto, envoy/extensions/filters/http/ratelimit/v3/
+rate_limit.proto, envoy/type/matcher/v3/{string,regex}.proto, envoy/type/metadata/v3/metadata.proto);
+tests/test_xds_size.py serializes the same messages with the real protos (`xds-protos`) and compares.
+Everything else in the message (route names and matches, other filters' per-route config, clusters,
+listeners, secrets) is covered by fixed allowances, stated below; they are generous, not measured on a
+live Envoy Gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.budget_rules import actor_subject, compile_budget_rules, pack_actors
+from core.ratelimit_model import rules_for_actor
+from core.settings import BudgetsConfig
+
+MIB = 1024 * 1024
+GRPC_DEFAULT_MAX_MESSAGE = 4 * MIB
+RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
+RATE_LIMIT_PER_ROUTE_TYPE_URL = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute"
+
+# Allowances for what the model does not compute byte for byte.
+ROUTE_ALLOWANCE = 4 * 1024
+"""Per Envoy route, beyond its rate limits: name, match, action, the JWT and Agent Router per-route
+config and the nesting of routes in virtual hosts (a representative route is well under 1 KiB:
+tests/test_xds_size.py measures one)."""
+PROVIDER_ALLOWANCE = 32 * 1024
+"""Per model provider: its cluster(s), TLS context and any CA bundle secret."""
+BASE_ALLOWANCE = 256 * 1024
+"""Once per message: listeners (HTTP connection manager, JWT provider, ext_proc and rate-limit
+filters), the JWKS and rate-limit clusters, the extension context."""
+HEADROOM = 1.25
+"""The configured limit must be at least this many times the computed size: the allowances are
+estimates, and the extension server's reply (its own additions included) is capped by the same number."""
+
+
+# --- protobuf wire sizes -------------------------------------------------------------------------------
+
+
+def varint_size(value: int) -> int:
+    """Bytes of a base-128 varint."""
+    if value < 0:
+        raise ValueError("negative varints are not used here")
+    size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+def _tag(field_number: int) -> int:
+    # Wire types 0 and 2 both fit in the low three bits: the tag is a varint of (number << 3 | type).
+    return varint_size(field_number << 3)
+
+
+def length_delimited(field_number: int, payload: int) -> int:
+    """A string, bytes or embedded-message field: tag, length, payload."""
+    return _tag(field_number) + varint_size(payload) + payload
+
+
+def string_field(field_number: int, text: str, *, in_oneof: bool = False) -> int:
+    """A proto3 string field; an empty value outside a oneof is not written at all."""
+    encoded = len(text.encode("utf-8"))
+    if encoded == 0 and not in_oneof:
+        return 0
+    return length_delimited(field_number, encoded)
+
+
+def bool_field(field_number: int, value: bool) -> int:
+    """A proto3 bool: written only when true."""
+    return _tag(field_number) + 1 if value else 0
+
+
+def _bool_value(value: bool) -> int:
+    """google.protobuf.BoolValue payload."""
+    return bool_field(1, value)
+
+
+def _uint64_value(value: int) -> int:
+    """google.protobuf.UInt64Value payload."""
+    return _tag(1) + varint_size(value) if value else 0
+
+
+# --- Envoy messages (payload sizes) ----------------------------------------------------------------------
+
+
+def _string_matcher(kind: str, value: str) -> int:
+    """envoy.type.matcher.v3.StringMatcher: exact=1 or safe_regex=5 (RegexMatcher.regex=2)."""
+    if kind == "Exact":
+        return string_field(1, value, in_oneof=True)
+    if kind == "RegularExpression":
+        return length_delimited(5, string_field(2, value))
+    raise ValueError(f"no string matcher for match type {kind!r}")
+
+
+def _header_matcher(name: str, kind: str, value: str) -> int:
+    """envoy.config.route.v3.HeaderMatcher: name=1, string_match=13."""
+    return string_field(1, name) + length_delimited(13, _string_matcher(kind, value))
+
+
+def _generic_key_action(key: str) -> int:
+    """Action.generic_key=5 → GenericKey{descriptor_value=1, descriptor_key=2}, both the same text."""
+    return length_delimited(5, string_field(1, key) + string_field(2, key))
+
+
+def _request_headers_action(header: str, descriptor_key: str) -> int:
+    """Action.request_headers=3 → RequestHeaders{header_name=1, descriptor_key=2}."""
+    return length_delimited(3, string_field(1, header) + string_field(2, descriptor_key))
+
+
+def _header_value_match_action(descriptor: str, name: str, kind: str, value: str, expect_match: bool) -> int:
+    """Action.header_value_match=6 → {descriptor_value=1, expect_match=2, headers=3, descriptor_key=4}."""
+    payload = (
+        string_field(1, descriptor)
+        + length_delimited(2, _bool_value(expect_match))
+        + length_delimited(3, _header_matcher(name, kind, value))
+        + string_field(4, descriptor)
+    )
+    return length_delimited(6, payload)
+
+
+def _hits_addend(cost: Mapping[str, Any]) -> int:
+    """RateLimit.HitsAddend: number=1 (UInt64Value) or format=2 (the dynamic-metadata format string)."""
+    source = cost.get("from")
+    if source == "Number":
+        return length_delimited(1, _uint64_value(int(cost.get("number") or 0)))
+    if source == "Metadata":
+        metadata = cost.get("metadata") or {}
+        return string_field(2, f"%DYNAMIC_METADATA({metadata.get('namespace')}:{metadata.get('key')})%")
+    raise ValueError(f"a cost with from={source!r} (Number or Metadata)")
+
+
+def _limit_override(from_metadata: Mapping[str, Any]) -> int:
+    """RateLimit.Override{dynamic_metadata=1 → {metadata_key=1 → MetadataKey{key=1, path=2 → {key=1}}}}."""
+    path = length_delimited(2, string_field(1, str(from_metadata.get("key", ""))))
+    metadata_key = string_field(1, str(from_metadata.get("namespace", ""))) + path
+    return length_delimited(1, length_delimited(1, metadata_key))
+
+
+def _rule_actions(rule: Mapping[str, Any], generic_key: str, domain_rule_index: int) -> int:
+    """The actions of one rule (shared by its request and response RateLimit): generic key, then one
+    action per header match of every selector, in order."""
+    for selector in rule.get("clientSelectors") or []:
+        unsupported = sorted(set(selector) - {"headers"})
+        if unsupported:
+            raise ValueError(
+                f"client selector fields {unsupported} are not in the size model (it covers header matches, "
+                "which is all agent-budgets writes)"
+            )
+    actions = length_delimited(3, _generic_key_action(generic_key))
+    headers = _concatenated_headers(rule)
+    for position, match in enumerate(headers):
+        descriptor = f"rule-{domain_rule_index}-match-{position}"
+        kind = match.get("type") or "Exact"
+        if kind == "Distinct":
+            action = _request_headers_action(str(match["name"]), descriptor)
+        else:
+            value, expect = str(match.get("value", "")), not match.get("invert", False)
+            action = _header_value_match_action(descriptor, str(match["name"]), kind, value, expect)
+        actions += length_delimited(3, action)
+    if not headers:
+        # No match at all: Envoy Gateway adds a generic key rule-<i>-match--1 so the rule applies to all traffic.
+        actions += length_delimited(3, _generic_key_action(f"rule-{domain_rule_index}-match--1"))
+    return actions
+
+
+def _concatenated_headers(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    headers: list[Mapping[str, Any]] = []
+    for selector in rule.get("clientSelectors") or []:
+        headers.extend(selector.get("headers") or [])
+    return headers
+
+
+def _rule_rate_limits(rule: Mapping[str, Any], generic_key: str, domain_rule_index: int) -> int:
+    """The RateLimit entries (field 3 of RateLimitPerRoute) one rule adds to a route."""
+    actions = _rule_actions(rule, generic_key, domain_rule_index)
+    limit = rule.get("limit") or {}
+    override = length_delimited(4, _limit_override(limit["fromMetadata"])) if limit.get("fromMetadata") else 0
+    cost = rule.get("cost") or {}
+    request = actions + override
+    if cost.get("request") is not None:
+        request += length_delimited(5, _hits_addend(cost["request"]))
+    size = length_delimited(3, request)
+    if cost.get("response") is not None:
+        response = actions + override + length_delimited(5, _hits_addend(cost["response"])) + bool_field(6, True)
+        size += length_delimited(3, response)
+    return size
+
+
+# --- the whole message ------------------------------------------------------------------------------------
+
+
+def rate_limit_domains(
+    policy_namespace: str, policy_name: str, rule_specs: Sequence[Mapping[str, Any]]
+) -> dict[str, int]:
+    """Per rate-limit domain, the bytes of its `typed_per_filter_config` entry on one Envoy route.
+
+    Raises ValueError for what the model does not cover: non-shared rules (their descriptors name each
+    Envoy route, so their size differs per route) and selectors other than header matches.
+    """
+    domain = f"{policy_namespace}/{policy_name}"
+    rate_limits = 0
+    for index, rule in enumerate(rule_specs):
+        if rule.get("shared") is not True:
+            raise ValueError(
+                f"rule {index} is not shared: the size model covers shared rules only (agent-budgets writes "
+                "only shared rules)"
+            )
+        # Every rule is shared, so its index among the shared rules (getDomainRuleIndex) is its index.
+        rate_limits += _rule_rate_limits(rule, f"{domain}/rule/{index}", index)
+    if not rule_specs:
+        return {}
+    per_route = rate_limits + string_field(4, domain)
+    any_payload = string_field(1, RATE_LIMIT_PER_ROUTE_TYPE_URL) + length_delimited(2, per_route)
+    entry = string_field(1, f"{RATE_LIMIT_FILTER}/{domain}") + length_delimited(2, any_payload)
+    return {domain: length_delimited(13, entry)}
+
+
+@dataclass(frozen=True)
+class RouteLayout:
+    """How many Envoy routes the model routes become."""
+
+    model_routes: int
+    """Envoy routes with a route action: one per model name of every AIGatewayRoute."""
+    catch_all_routes: int
+    """Agent Router's direct-response `route-not-found` route, one per AIGatewayRoute."""
+    providers: int
+
+
+def route_layout(routes: Iterable[Any], providers: int) -> RouteLayout:
+    """The layout of configured routes (objects with a `models` list, e.g. core.settings.Route)."""
+    routes = list(routes)
+    return RouteLayout(
+        model_routes=sum(len(route.models) for route in routes),
+        catch_all_routes=len(routes),
+        providers=providers,
+    )
+
+
+@dataclass(frozen=True)
+class MessageEstimate:
+    """The extension-server message for one configuration, and how it was made up."""
+
+    total_bytes: int
+    rate_limit_bytes_per_route: int
+    layout: RouteLayout
+
+    @property
+    def rate_limit_bytes(self) -> int:
+        return self.rate_limit_bytes_per_route * self.layout.model_routes
+
+    def required_limit(self, headroom: float = HEADROOM) -> int:
+        """The smallest message limit that keeps the headroom."""
+        return int(self.total_bytes * headroom + 0.999999)
+
+    def describe(self) -> str:
+        """One line naming every term, for messages and docs."""
+        layout = self.layout
+        return (
+            f"{format_bytes(self.total_bytes)}: {layout.model_routes} model route(s) x "
+            f"{format_bytes(self.rate_limit_bytes_per_route)} of rate-limit rules, plus allowances for "
+            f"{layout.model_routes + layout.catch_all_routes} Envoy route(s), {layout.providers} provider(s) "
+            "and the listeners"
+        )
+
+
+def estimate_message(
+    policy_namespace: str, policy_name: str, rule_specs: Sequence[Mapping[str, Any]], layout: RouteLayout
+) -> MessageEstimate:
+    """The size of Envoy Gateway's PostTranslateModifyRequest for this policy on this route layout."""
+    per_route = sum(rate_limit_domains(policy_namespace, policy_name, rule_specs).values())
+    routes = layout.model_routes + layout.catch_all_routes
+    total = (
+        BASE_ALLOWANCE
+        + layout.providers * PROVIDER_ALLOWANCE
+        + routes * ROUTE_ALLOWANCE
+        + layout.model_routes * per_route
+    )
+    return MessageEstimate(total_bytes=total, rate_limit_bytes_per_route=per_route, layout=layout)
+
+
+def format_bytes(size: int) -> str:
+    """1536 → '1.5 KiB'; exact byte counts stay readable in messages."""
+    if size >= MIB:
+        return f"{size / MIB:.2f} MiB"
+    if size >= 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size} B"
+
+
+_QUANTITY_FACTORS = {
+    "": 1,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes quantity as Envoy Gateway's `maxMessageSize` accepts it ("16Mi", "4M", "8388608")."""
+    text = quantity.strip()
+    for suffix in ("Ki", "Mi", "Gi", "k", "M", "G"):
+        if text.endswith(suffix):
+            number = text[: -len(suffix)]
+            break
+    else:
+        suffix, number = "", text
+    if not number.isdigit() or number.startswith("0"):
+        raise ValueError(f"{quantity!r} is not a whole quantity such as 16Mi")
+    return int(number) * _QUANTITY_FACTORS[suffix]
+
+
+# --- what the exclusion slots cost ------------------------------------------------------------------------
+
+SLOT_SAMPLE_ACTOR = "agents/actor-00001"
+"""A default-budget actor whose counter key is measured (names like this one, 11 characters)."""
+SAMPLE_WINDOW_START = 1_767_225_600
+"""2026-01-01T00:00:00Z: a window start with as many digits as any this decade."""
+
+
+@dataclass(frozen=True)
+class SlotCost:
+    """What `budgetPolicy.exclusionSlots` costs, measured on the compiled default rule."""
+
+    slots: int
+    route_bytes: int
+    """Rate-limit bytes on each model route with no class at all (every slot holds the match-nothing
+    pattern): the floor the slot count sets."""
+    counter_key_bytes: int
+    """Length of one default-budget actor's Redis counter key: every slot adds its descriptor entry."""
+    members_capacity: int
+    """Class members the slots can exclude, for ids like agents/actor-00042."""
+
+
+def exclusion_slot_cost(
+    slots: int, policy_namespace: str = "agent-budgets", policy_name: str = "agent-budgets"
+) -> SlotCost:
+    """Measure one slot count with the real rule compiler and counter-key model."""
+    budgets = BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}})
+    specs = compile_budget_rules(budgets, slots).specs()
+    [applied] = rules_for_actor(policy_namespace, policy_name, specs, actor_subject(SLOT_SAMPLE_ACTOR))
+    members = [f"agents/actor-{n:05d}" for n in range(200 * slots)]
+    chunks = pack_actors(members)
+    capacity = sum(len(chunk) for chunk in chunks[:slots])
+    return SlotCost(
+        slots=slots,
+        route_bytes=sum(rate_limit_domains(policy_namespace, policy_name, specs).values()),
+        counter_key_bytes=len(applied.counter_key(SAMPLE_WINDOW_START)),
+        members_capacity=capacity,
+    )

@@ -1,0 +1,291 @@
+"""The extension-server message-size model (core/xds_size.py), checked against the real Envoy protos.
+
+The reference encoder below builds the messages Envoy Gateway v1.9.0 builds for a Gateway-wide global
+rate-limit policy (envoyproxy/gateway v1.9.0 `internal/xds/translator/ratelimit.go`
+`buildRouteRateLimits`, `buildHeaderMatchRateLimitActions`, `rateLimitCostToHitsAddend`,
+`buildRateLimitOverride`, `patchRouteWithRateLimitOnTypedFilterConfig`) with the generated Envoy API
+classes of `xds-protos`, serializes them, and compares the byte counts with the model's arithmetic.
+"""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.route.v3 import route_components_pb2 as route_pb
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.metadata.v3 import metadata_pb2
+from google.protobuf import any_pb2, wrappers_pb2
+
+from core import xds_size
+from core.budget_rules import compile_budget_rules
+from core.settings import BudgetsConfig
+
+NS, NAME = "agent-budgets", "agent-budgets"
+
+
+def _string_matcher(match):
+    kind = match.get("type") or "Exact"
+    if kind == "Exact":
+        return string_pb2.StringMatcher(exact=match["value"])
+    return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=match["value"]))
+
+
+def _actions(rule, generic_key, domain_index):
+    Action = route_pb.RateLimit.Action  # noqa: N806
+    actions = [
+        Action(generic_key=Action.GenericKey(descriptor_key=generic_key, descriptor_value=generic_key)),
+    ]
+    headers = [h for selector in rule.get("clientSelectors") or [] for h in selector.get("headers") or []]
+    for position, match in enumerate(headers):
+        key = f"rule-{domain_index}-match-{position}"
+        if match.get("type") == "Distinct":
+            actions.append(Action(request_headers=Action.RequestHeaders(header_name=match["name"], descriptor_key=key)))
+        else:
+            actions.append(
+                Action(
+                    header_value_match=Action.HeaderValueMatch(
+                        descriptor_key=key,
+                        descriptor_value=key,
+                        expect_match=wrappers_pb2.BoolValue(value=not match.get("invert", False)),
+                        headers=[route_pb.HeaderMatcher(name=match["name"], string_match=_string_matcher(match))],
+                    )
+                )
+            )
+    if not headers:
+        key = f"rule-{domain_index}-match--1"
+        actions.append(Action(generic_key=Action.GenericKey(descriptor_key=key, descriptor_value=key)))
+    return actions
+
+
+def _hits(cost):
+    if cost["from"] == "Number":
+        return route_pb.RateLimit.HitsAddend(number=wrappers_pb2.UInt64Value(value=cost.get("number", 0)))
+    meta = cost["metadata"]
+    return route_pb.RateLimit.HitsAddend(format=f"%DYNAMIC_METADATA({meta['namespace']}:{meta['key']})%")
+
+
+def _override(from_metadata):
+    key = metadata_pb2.MetadataKey(
+        key=from_metadata["namespace"],
+        path=[metadata_pb2.MetadataKey.PathSegment(key=from_metadata["key"])],
+    )
+    return route_pb.RateLimit.Override(dynamic_metadata=route_pb.RateLimit.Override.DynamicMetadata(metadata_key=key))
+
+
+def reference_route(rules, route_name="httproute/agent-budgets/mock/rule/0/match/0/*"):
+    """An Envoy route carrying the policy's rate limits exactly as Envoy Gateway v1.9.0 builds them."""
+    domain = f"{NS}/{NAME}"
+    rate_limits = []
+    for index, rule in enumerate(rules):
+        actions = _actions(rule, f"{domain}/rule/{index}", index)
+        limit = rule.get("limit") or {}
+        override = _override(limit["fromMetadata"]) if limit.get("fromMetadata") else None
+        request = route_pb.RateLimit(actions=actions)
+        if override is not None:
+            request.limit.CopyFrom(override)
+        cost = rule.get("cost") or {}
+        if "request" in cost:
+            request.hits_addend.CopyFrom(_hits(cost["request"]))
+        rate_limits.append(request)
+        if "response" in cost:
+            response = route_pb.RateLimit(actions=actions, apply_on_stream_done=True)
+            response.hits_addend.CopyFrom(_hits(cost["response"]))
+            if override is not None:
+                response.limit.CopyFrom(override)
+            rate_limits.append(response)
+    per_route = any_pb2.Any()
+    per_route.Pack(rate_limit_pb2.RateLimitPerRoute(domain=domain, rate_limits=rate_limits))
+    route = route_pb.Route(name=route_name)
+    route.typed_per_filter_config[f"envoy.filters.http.ratelimit/{domain}"].CopyFrom(per_route)
+    return route
+
+
+def rate_limit_bytes(rules):
+    """The bytes the rate limits add to a route: the route with them minus the route without."""
+    bare = route_pb.Route(name="httproute/agent-budgets/mock/rule/0/match/0/*")
+    return reference_route(rules).ByteSize() - bare.ByteSize()
+
+
+COST = {
+    "request": {"from": "Number", "number": 0},
+    "response": {"from": "Metadata", "metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}},
+}
+
+
+def _rule(headers, **extra):
+    return {
+        "clientSelectors": [{"headers": headers}],
+        "limit": {"requests": 500, "unit": "Day"},
+        "shared": True,
+        "cost": COST,
+        **extra,
+    }
+
+
+def _budgets(classes):
+    return BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}, "classes": classes})
+
+
+def _many_actors(actors, classes):
+    """`actors` actors spread over `classes` classes (every actor in a class), names like agents/actor-00042."""
+    members = [f"agents/actor-{n:05d}" for n in range(actors)]
+    size = -(-actors // classes)
+    return [
+        {"name": f"class-{c:03d}", "tokens": 5000, "per": "Day", "actors": members[c * size : (c + 1) * size]}
+        for c in range(classes)
+    ]
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        pytest.param(compile_budget_rules(_budgets([]), 127).specs(), id="default-only-127-empty-slots"),
+        pytest.param(compile_budget_rules(_budgets([]), 1).specs(), id="default-only-1-slot"),
+        pytest.param(
+            compile_budget_rules(
+                _budgets([{"name": "large", "tokens": 5000, "per": "Day", "actors": ["agents/actor-b"]}]), 127
+            ).specs(),
+            id="one-class",
+        ),
+        pytest.param(compile_budget_rules(_budgets(_many_actors(3000, 40)), 127).specs(), id="3000-actors-40-classes"),
+        pytest.param(
+            [_rule([{"name": "x-actor-id", "type": "Distinct"}, {"name": "x-actor-id", "type": "Exact", "value": ""}])],
+            id="exact-empty-value",
+        ),
+        pytest.param(
+            [
+                _rule(
+                    [{"name": "x-actor-id", "type": "Exact", "value": "actor/agents/é" * 40, "invert": True}],
+                    limit={"requests": 1, "unit": "Hour", "fromMetadata": {"namespace": "ns.x", "key": "limit"}},
+                )
+            ],
+            id="from-metadata-inverted-exact-utf8",
+        ),
+        pytest.param(
+            [
+                {
+                    "limit": {"requests": 7, "unit": "Second"},
+                    "shared": True,
+                    "cost": {"request": {"number": 300, "from": "Number"}},
+                }
+            ],
+            id="no-match-request-cost-only",
+        ),
+        pytest.param([{"limit": {"requests": 7, "unit": "Second"}, "shared": True}], id="no-cost-at-all"),
+    ],
+)
+def test_rate_limit_bytes_match_the_real_protos(rules):
+    [model] = xds_size.rate_limit_domains(NS, NAME, rules).values()
+    assert model == rate_limit_bytes(rules)
+
+
+def test_ten_thousand_actors_in_250_classes_is_about_620_kb_per_route():
+    """The review's figure (issue 10): one route's rate-limit config for 10,000 actors in 250 classes."""
+    rules = compile_budget_rules(_budgets(_many_actors(10_000, 250)), 127).specs()
+    per_route = sum(xds_size.rate_limit_domains(NS, NAME, rules).values())
+    assert per_route == rate_limit_bytes(rules)
+    assert 550_000 < per_route < 700_000
+    layout = xds_size.RouteLayout(model_routes=7, catch_all_routes=1, providers=1)
+    assert xds_size.estimate_message(NS, NAME, rules, layout).total_bytes > xds_size.GRPC_DEFAULT_MAX_MESSAGE
+
+
+def test_the_route_allowance_covers_a_representative_route_four_times():
+    """An Envoy route as Envoy Gateway builds one per model name, without its rate limits: name, prefix and
+    model-header match, route action with a cluster and timeout, and two per-filter configs."""
+    route = route_pb.Route(name="httproute/agent-budgets/a-rather-long-route-name/rule/0/match/127/*")
+    route.match.prefix = "/"
+    route.match.headers.add(name="x-ai-eg-model", string_match=string_pb2.StringMatcher(exact="m" * 120))
+    route.route.cluster = "httproute/agent-budgets/a-rather-long-route-name/rule/0"
+    route.route.timeout.seconds = 60
+    for name in ("envoy.filters.http.jwt_authn", "envoy.filters.http.ext_proc/aigateway"):
+        blob = any_pb2.Any(type_url="type.googleapis.com/" + "x" * 80, value=b"\x0a" * 200)
+        route.typed_per_filter_config[name].CopyFrom(blob)
+    assert route.ByteSize() * 4 <= xds_size.ROUTE_ALLOWANCE
+
+
+def test_estimate_adds_up_its_terms():
+    rules = compile_budget_rules(_budgets([]), 16).specs()
+    layout = xds_size.RouteLayout(model_routes=3, catch_all_routes=2, providers=2)
+    estimate = xds_size.estimate_message(NS, NAME, rules, layout)
+    per_route = rate_limit_bytes(rules)
+    assert estimate.rate_limit_bytes_per_route == per_route
+    assert estimate.total_bytes == (
+        xds_size.BASE_ALLOWANCE + 2 * xds_size.PROVIDER_ALLOWANCE + 5 * xds_size.ROUTE_ALLOWANCE + 3 * per_route
+    )
+    assert estimate.required_limit() == -(-estimate.total_bytes * 5 // 4)
+    assert "3 model route(s) x" in estimate.describe() and "5 Envoy route(s), 2 provider(s)" in estimate.describe()
+
+
+def test_the_layout_counts_one_envoy_route_per_model_name_and_a_catch_all_per_route():
+    class Route:
+        def __init__(self, *models):
+            self.models = list(models)
+
+    assert xds_size.route_layout([Route("a", "b", "c"), Route("d")], providers=2) == xds_size.RouteLayout(4, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("rule", "reason"),
+    [
+        ({**_rule([{"name": "x-actor-id", "type": "Distinct"}]), "shared": False}, "rule 0 is not shared"),
+        (
+            {**_rule([]), "clientSelectors": [{"sourceCIDR": {"type": "Distinct", "value": "0.0.0.0/0"}}]},
+            "client selector fields ['sourceCIDR'] are not in the size model",
+        ),
+    ],
+)
+def test_the_model_refuses_what_it_does_not_cover(rule, reason):
+    with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        xds_size.rate_limit_domains(NS, NAME, [rule])
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [(0, 1), (127, 1), (128, 2), (16_383, 2), (16_384, 3), (2**21, 4), (2**63, 10)],
+)
+def test_varint_size(value, size):
+    wrapped = wrappers_pb2.UInt64Value(value=value).ByteSize() - 1 if value else 1
+    assert xds_size.varint_size(value) == size == wrapped
+
+
+@pytest.mark.parametrize(
+    ("quantity", "size"),
+    [("16Mi", 16 * 1024 * 1024), ("4M", 4_000_000), ("8388608", 8_388_608), ("64Ki", 65_536), ("1Gi", 1024**3)],
+)
+def test_quantity_bytes(quantity, size):
+    assert xds_size.quantity_bytes(quantity) == size
+
+
+@pytest.mark.parametrize("quantity", ["", "16MiB", "0", "016Mi", "1.5Mi", "-1"])
+def test_quantity_bytes_refuses(quantity):
+    with pytest.raises(ValueError, match="is not a whole quantity"):
+        xds_size.quantity_bytes(quantity)
+
+
+def test_format_bytes():
+    assert [xds_size.format_bytes(n) for n in (512, 1536, 3 * 1024 * 1024)] == ["512 B", "1.5 KiB", "3.00 MiB"]
+
+
+def test_the_exclusion_slot_table_in_the_docs_is_the_measurement():
+    """docs/message-size.md holds exactly what scripts/measure_exclusion_slots.py prints."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "measure_exclusion_slots", root / "scripts" / "measure_exclusion_slots.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (root / "docs" / "message-size.md").read_text(encoding="utf-8")
+    documented = text.split("<!-- exclusion-slot-table:begin -->\n", 1)[1].split(
+        "<!-- exclusion-slot-table:end -->", 1
+    )[0]
+    assert documented.strip() == module.table()
+
+
+def test_each_exclusion_slot_lengthens_every_default_counter_key():
+    small, large = xds_size.exclusion_slot_cost(8), xds_size.exclusion_slot_cost(16)
+    per_slot_key = (large.counter_key_bytes - small.counter_key_bytes) / 8
+    assert len("_rule-0-match-9_rule-0-match-9") <= per_slot_key <= len("_rule-0-match-16_rule-0-match-16")
+    assert large.route_bytes > small.route_bytes and large.members_capacity == 2 * small.members_capacity
