@@ -100,45 +100,17 @@ except KeyError as exc:
 ' "$1"
 }
 
-# ate_json KIND: reads kubectl-ate JSON on stdin and prints one fact about it.
+# facts QUERY [ARG...]: scripts/substrate_facts.py, which reads upstream outputs (kubectl-ate and kubectl
+# JSON, the Substrate checkout) in every shape the supported versions print; tests/test_substrate_facts.py
+# checks it against recorded samples.
+facts() { python3 "${AB_ROOT}/scripts/substrate_facts.py" "$@"; }
+
+# ate_json QUERY: one fact about kubectl-ate JSON on stdin (bare object, {"actors":[...]} or a list).
 #   actor-state      RUNNING, SUSPENDED, ... (both the status enum and the status.state shapes)
 #   golden           ready | pending | error: <message>   (an actor template's golden snapshot)
 #   images           every container image of an actor template, one per line
 #   has-rules        "yes" when an egress policy document has at least one rule
-ate_json() {
-  python3 -c '
-import json, sys
-
-kind = sys.argv[1]
-raw = sys.stdin.read().strip()
-doc = json.loads(raw) if raw else {}
-if isinstance(doc, list):
-    doc = doc[0] if doc else {}
-status = doc.get("status") or {}
-if kind == "actor-state":
-    state = status.get("state") or status.get("status") if isinstance(status, dict) else status
-    state = str(state or "UNKNOWN").upper()
-    for prefix in ("ACTOR_STATE_", "STATUS_"):
-        state = state.removeprefix(prefix)
-    print(state)
-elif kind == "golden":
-    golden = status.get("goldenSnapshotStatus") or {} if isinstance(status, dict) else {}
-    if golden.get("errorMessage"):
-        print("error: " + golden["errorMessage"])
-    elif (golden.get("goldenSnapshot") or {}).get("name") or (golden.get("goldenTag") or {}).get("name"):
-        print("ready")
-    else:
-        print("pending")
-elif kind == "images":
-    spec = doc.get("spec") or doc
-    for container in spec.get("containers") or []:
-        print(container.get("image", ""))
-elif kind == "has-rules":
-    print("yes" if doc.get("rules") else "no")
-else:
-    sys.exit(f"ate_json: unknown query {kind}")
-' "$1"
-}
+ate_json() { facts "$1"; }
 
 actor_state() {
   kate get actors "$1" -a "${ATESPACE}" -o json 2>/dev/null | ate_json actor-state

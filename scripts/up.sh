@@ -52,13 +52,18 @@ ensure_registry() {
       info "starting the existing registry container ${REGISTRY_NAME}"
       docker start "${REGISTRY_NAME}" >/dev/null
     else
-      info "creating the local registry ${REGISTRY_NAME} on 127.0.0.1:${REGISTRY_PORT}"
-      docker run -d --restart=always -p "127.0.0.1:${REGISTRY_PORT}:5000" --network bridge \
-        --name "${REGISTRY_NAME}" "${REGISTRY_IMAGE}" >/dev/null
+      # Published on both loopback families, as Substrate's hack/create-kind-cluster.sh does: ko and
+      # docker push reach localhost:${REGISTRY_PORT} over whichever family the resolver picks.
+      info "creating the local registry ${REGISTRY_NAME} on 127.0.0.1:${REGISTRY_PORT} and [::1]:${REGISTRY_PORT}"
+      docker run -d --restart=always -p "127.0.0.1:${REGISTRY_PORT}:5000" -p "[::1]:${REGISTRY_PORT}:5000" \
+        --network bridge --name "${REGISTRY_NAME}" "${REGISTRY_IMAGE}" >/dev/null
     fi
   fi
-  docker port "${REGISTRY_NAME}" 5000/tcp 2>/dev/null | grep -q ":${REGISTRY_PORT}\$" ||
-    die "container ${REGISTRY_NAME} exists but does not publish port ${REGISTRY_PORT}: remove it (docker rm -f ${REGISTRY_NAME}) and run make up again"
+  local published
+  published="$(docker port "${REGISTRY_NAME}" 5000/tcp 2>/dev/null || true)"
+  if ! grep -qxF "127.0.0.1:${REGISTRY_PORT}" <<<"${published}" || ! grep -qxF "[::1]:${REGISTRY_PORT}" <<<"${published}"; then
+    die "container ${REGISTRY_NAME} exists but does not publish port ${REGISTRY_PORT} on both 127.0.0.1 and [::1] (it publishes: ${published//$'\n'/, }): remove it (docker rm -f ${REGISTRY_NAME}) and run make up again"
+  fi
 }
 
 step_kind_cluster() {
@@ -135,6 +140,11 @@ verify_substrate_features() {
     done
     die "the pinned Substrate ref lacks what agent-budgets needs; pin a newer ref in scripts/versions.env"
   fi
+  # The IdP binary alone is not enough: ate-setup must deploy it (Service idp), or every actor call gets 401.
+  facts idp-install "${src}" "${SUBSTRATE_REF}" >/dev/null || die "Substrate ${SUBSTRATE_REF} cannot serve actor JWKS (above)"
+  # probe/actor-template.yaml.tmpl carries the snapshot block in the shape this ref's own templates use.
+  facts snapshot-block "${src}" "gs://${SNAPSHOT_BUCKET}/agent-budgets/" "${SUBSTRATE_REF}" >/dev/null ||
+    die "cannot write an ActorTemplate for Substrate ${SUBSTRATE_REF} (above)"
 }
 
 step_substrate_source() {
@@ -160,7 +170,7 @@ step_substrate_source() {
     warn "${SUBSTRATE_REF} is ${commit}, not ${SUBSTRATE_EXPECTED_COMMIT_PREFIX}… as recorded in scripts/versions.env (has the tag moved?)"
   fi
   verify_substrate_features
-  info "${SUBSTRATE_REF} = ${commit}: installer, IdP, actor JWT subject and http-rule JWT injection present"
+  info "${SUBSTRATE_REF} = ${commit}: installer, IdP (deployed by its manifests), actor JWT subject, http-rule JWT injection and a known ActorTemplate snapshot shape present"
 }
 
 # --- substrate-install ---------------------------------------------------------------------------
@@ -178,6 +188,23 @@ substrate_installed() {
     kctl -n ate-system wait --for=condition=Available deployment --all --timeout=60s >/dev/null 2>&1
 }
 
+# require_idp_ready: Service idp in ate-system with at least one ready endpoint, or an error. Without it
+# Envoy Gateway cannot fetch the actor JWKS from https://idp.ate-system.svc and every actor call gets 401.
+require_idp_ready() {
+  local hint="kubectl --context ${KUBE_CONTEXT} -n ate-system get deploy,svc,endpointslices"
+  kctl -n ate-system get service idp >/dev/null 2>&1 ||
+    die "no Service idp in ate-system after the install: Substrate ${SUBSTRATE_REF}'s ate-setup did not deploy ate-idp-server, so every actor call would get 401. Pin a ref whose installer deploys it (SUBSTRATE_REF in scripts/versions.env), then FORCE_SUBSTRATE_INSTALL=1 make up (${hint})"
+  local deadline=$((SECONDS + 120)) ready=0
+  while :; do
+    ready="$(kctl -n ate-system get endpointslices -l kubernetes.io/service-name=idp -o json 2>/dev/null | facts ready-endpoints || echo 0)"
+    ((ready > 0)) && break
+    ((SECONDS < deadline)) ||
+      die "Service idp in ate-system has no ready endpoint after 120s: ate-idp-server is not serving, so every actor call would get 401 (${hint}; its logs: kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)"
+    sleep 2
+  done
+  info "Service idp in ate-system: ${ready} ready endpoint(s)"
+}
+
 step_substrate_install() {
   step "Substrate ${SUBSTRATE_REF}: kubectl-ate, ate-setup, deploy ate-system"
   require_substrate_checkout
@@ -193,6 +220,7 @@ step_substrate_install() {
 
   if [[ -z "${FORCE_SUBSTRATE_INSTALL:-}" ]] && substrate_installed "${commit}"; then
     info "Substrate ${SUBSTRATE_REF} is already installed and available: skipping (FORCE_SUBSTRATE_INSTALL=1 reinstalls)"
+    require_idp_ready
     return 0
   fi
   info "installing with ate-setup (builds every image with ko; cold caches take several minutes)"
@@ -206,8 +234,7 @@ step_substrate_install() {
   )
   kctl -n ate-system wait --for=condition=Available deployment --all --timeout="${SUBSTRATE_ROLLOUT_TIMEOUT}" >/dev/null ||
     die "Substrate's deployments in ate-system are not Available: kubectl --context ${KUBE_CONTEXT} -n ate-system get pods"
-  kctl -n ate-system get service idp >/dev/null 2>&1 ||
-    warn "no Service idp in ate-system: Envoy Gateway cannot fetch the actor JWKS from https://idp.ate-system.svc"
+  require_idp_ready
   kctl -n ate-system create configmap "${INSTALL_MARKER}" --from-literal=ref="${SUBSTRATE_REF}" \
     --from-literal=commit="${commit}" --dry-run=client -o yaml | kctl apply -f - >/dev/null
   info "Substrate ${SUBSTRATE_REF} installed"
@@ -263,17 +290,46 @@ build_ateom_image() {
   printf '%s\n' "${ref}" | tail -n1
 }
 
+# ate_delete_any_state: true when the pinned kubectl-ate's `delete actor` has --any-state (newer builds
+# delete an actor whatever its state; older ones need it suspended first).
+ate_delete_any_state() { kate delete actor --help 2>&1 | facts has-flag --any-state; }
+
 delete_actor_if_present() {
   local actor="$1"
   kate get actors "${actor}" -a "${ATESPACE}" >/dev/null 2>&1 || return 0
-  if ! actor_is "${actor}" SUSPENDED; then
-    kate suspend actor "${actor}" -a "${ATESPACE}" >/dev/null 2>&1 || true
-    wait_until 300 "actor ${ATESPACE}/${actor} to suspend" actor_is "${actor}" SUSPENDED
+  if ate_delete_any_state; then
+    kate delete actor "${actor}" -a "${ATESPACE}" --any-state >/dev/null
+  else
+    if ! actor_is "${actor}" SUSPENDED; then
+      kate suspend actor "${actor}" -a "${ATESPACE}" >/dev/null 2>&1 || true
+      wait_until 300 "actor ${ATESPACE}/${actor} to suspend (this kubectl-ate has no delete actor --any-state; delete it by hand, or pin a newer Substrate)" \
+        actor_is "${actor}" SUSPENDED
+    fi
+    kate delete actor "${actor}" -a "${ATESPACE}" >/dev/null
   fi
-  kate delete actor "${actor}" -a "${ATESPACE}" >/dev/null
   # shellcheck disable=SC2016 # the inner script expands its own positional parameters
   wait_until 120 "actor ${ATESPACE}/${actor} to be deleted" bash -c '! "$0" --context "$1" get actors "$2" -a "$3"' \
     "${BIN_DIR}/kubectl-ate" "${KUBE_CONTEXT}" "${actor}" "${ATESPACE}"
+}
+
+# workerpool_progress: prints "<ready>/<wanted> worker pods ready, ..." and succeeds once the WorkerPool's own
+# status and its pods (label ate.dev/worker-pool) say every worker is up. Its Deployment is not consulted:
+# the controller named it <pool>-deployment in older versions and <pool> in newer ones.
+workerpool_progress() {
+  local pool pods
+  pool="$(kctl -n "${WORKER_NAMESPACE}" get workerpool "${WORKER_POOL}" -o json 2>/dev/null || true)"
+  pods="$(kctl -n "${WORKER_NAMESPACE}" get pods -l "ate.dev/worker-pool=${WORKER_POOL}" -o json 2>/dev/null || true)"
+  printf '{"pool": %s, "pods": %s}' "${pool:-null}" "${pods:-null}" | facts workerpool
+}
+
+wait_worker_pool() {
+  local timeout="$1" deadline=$((SECONDS + $1)) progress
+  until progress="$(workerpool_progress)"; do
+    ((SECONDS < deadline)) ||
+      die "timed out after ${timeout}s waiting for worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${progress:-no status} (kubectl --context ${KUBE_CONTEXT} -n ${WORKER_NAMESPACE} get workerpool,pods)"
+    sleep 3
+  done
+  info "worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${progress}"
 }
 
 wait_template_golden() {
@@ -292,7 +348,10 @@ wait_template_golden() {
 
 ensure_actor_template() {
   local image="$1" manifest current
-  manifest="$(PROBE_IMAGE="${image}" render_template "${AB_ROOT}/probe/actor-template.yaml.tmpl")"
+  local snapshot
+  snapshot="$(facts snapshot-block "${SUBSTRATE_SRC}" "gs://${SNAPSHOT_BUCKET}/agent-budgets/" "${SUBSTRATE_REF}")" ||
+    die "cannot write an ActorTemplate for Substrate ${SUBSTRATE_REF} (above)"
+  manifest="$(PROBE_IMAGE="${image}" SNAPSHOT_BLOCK="${snapshot}" render_template "${AB_ROOT}/probe/actor-template.yaml.tmpl")"
   if current="$(kate get actor-template "${ACTOR_TEMPLATE}" -a "${ATESPACE}" -o json 2>/dev/null)"; then
     if ate_json images <<<"${current}" | grep -qxF "${image}"; then
       info "actor template ${ATESPACE}/${ACTOR_TEMPLATE} exists with ${image}: keeping it"
@@ -325,10 +384,7 @@ step_demo_actors() {
 
   WORKER_IMAGE_FIELD="${field}" WORKER_IMAGE="${worker_image}" \
     render_template "${AB_ROOT}/probe/worker-pool.yaml.tmpl" | kctl apply -f - >/dev/null
-  wait_until 120 "deployment ${WORKER_NAMESPACE}/${WORKER_POOL} (made by the WorkerPool controller)" \
-    kctl -n "${WORKER_NAMESPACE}" get deployment "${WORKER_POOL}"
-  kctl -n "${WORKER_NAMESPACE}" rollout status "deployment/${WORKER_POOL}" --timeout=300s >/dev/null
-  info "worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${WORKER_REPLICAS} workers ready"
+  wait_worker_pool 420
 
   if kate get atespaces "${ATESPACE}" >/dev/null 2>&1; then
     info "atespace ${ATESPACE} exists"

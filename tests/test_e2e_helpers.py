@@ -654,6 +654,8 @@ def test_kube_pure_helpers():
     assert kube.actor_state_from_json({"status": "STATUS_RUNNING"}) == "RUNNING"
     assert kube.actor_state_from_json({"status": {"state": "ACTOR_STATE_SUSPENDED"}}) == "SUSPENDED"
     assert kube.actor_state_from_json([]) == "UNKNOWN"
+    # cmd/kubectl-ate/internal/printer/printer.go prints one actor through the list printer (defect 3).
+    assert kube.actor_state_from_json({"actors": [{"actorId": "actor-a", "status": "STATUS_RUNNING"}]}) == "RUNNING"
 
 
 def test_kube_commands():
@@ -1164,14 +1166,20 @@ with open(os.environ["FAKE_STATE"], "r+") as handle:
         elif verb == "create" and kind == "actor-template":
             template = re.search(r"^  name: (\S+)", data, re.M).group(1)
             image = re.search(r"image: (\S+)", data).group(1)
+            st["template_manifest"] = data
             st["templates"][template] = {{"containers": [{{"image": image}}],
                                           "status": {{"goldenSnapshotStatus": {{"goldenSnapshot": {{"name": "g"}}}}}}}}
         elif verb == "create" and kind == "actor":
             st["actors"][name] = "SUSPENDED"
         elif verb in ("suspend", "resume") and kind == "actor":
             st["actors"][name] = "SUSPENDED" if verb == "suspend" else "RUNNING"
+        elif verb == "delete" and kind == "actor" and name == "--help":
+            out = "Flags:\n      --any-state   delete whatever its state\n" if st["any_state"] else "Flags:\n"
         elif verb == "delete" and kind == "actor":
-            st["actors"].pop(name)
+            if not st["any_state"] and st["actors"][name] != "SUSPENDED":
+                err, rc = "rpc error: code = FailedPrecondition desc = actor is not suspended", 1
+            else:
+                st["actors"].pop(name)
         elif verb == "delete" and kind == "actor-template":
             st["templates"].pop(name)
     elif tool == "kubectl":
@@ -1179,6 +1187,22 @@ with open(os.environ["FAKE_STATE"], "r+") as handle:
             out = "\n".join(st["contexts"])
         elif words[:1] == ["api-resources"]:
             out = "clustertrustbundles.certificates.k8s.io\npodcertificaterequests.certificates.k8s.io"
+        elif "workerpool" in words and "get" in words:
+            pool = {{"metadata": {{"generation": 1}}, "spec": {{"replicas": 4}}, "status": {{"replicas": 4}}}}
+            out = json.dumps(pool)
+        elif "pods" in words and "get" in words:
+            ready = [{{"status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}] * st["ready_workers"]
+            out = json.dumps({{"items": ready}})
+        elif words[-2:] == ["service", "idp"]:
+            rc = 0 if st["idp"] is not None else 1
+        elif "endpointslices" in words:
+            endpoints = [{{"addresses": ["10.0.0.9"], "conditions": {{"ready": ok}}}} for ok in st["idp"] or []]
+            out = json.dumps({{"items": [{{"endpoints": endpoints}}]}})
+    elif tool == "git":
+        if "get-url" in args:
+            out = "https://github.com/agent-substrate/substrate.git"
+        elif "rev-parse" in args:
+            out = "f86fde9dfb54" + "0" * 28
     elif tool == "kind":
         if args[:1] == ["version"]:
             out = "kind " + st["kind_version"] + " go1.25 linux/amd64"
@@ -1200,7 +1224,7 @@ with open(os.environ["FAKE_STATE"], "r+") as handle:
         elif args[:1] == ["run"]:
             st["registry"] = True
         elif args[:1] == ["port"]:
-            out = "127.0.0.1:5001"
+            out = st["registry_ports"]
         elif args[:2] == ["network", "connect"]:
             st["registry_on_kind"] = True
     elif tool == "go":
@@ -1223,7 +1247,7 @@ def stub_root(tmp_path):
     """A copy of scripts/ and probe/ with a fake Substrate checkout, and stub tools first on PATH."""
     repo = Path(__file__).resolve().parents[1]
     root = tmp_path / "project"
-    shutil.copytree(repo / "scripts", root / "scripts", ignore=shutil.ignore_patterns("*.py"))
+    shutil.copytree(repo / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(repo / "probe", root / "probe")
     (root / "Pulumi.yaml").write_text("name: agent-budgets\n")
     (root / "venv" / "bin").mkdir(parents=True)
@@ -1232,6 +1256,13 @@ def stub_root(tmp_path):
     for folder in (".git", "cmd/ateom-gvisor", "hack/tools/ko", "manifests/ate-install/generated"):
         (src / folder).mkdir(parents=True)
     (src / "go.mod").write_text("module go.ate.dev/substrate\n\ngo 1.27.0\n")
+    # The checkout's own ActorTemplate (demos/counter/counter-template.yaml.tmpl shape): up.sh copies its
+    # snapshot block's shape into the probe template.
+    (src / "demos/counter").mkdir(parents=True)
+    (src / "demos/counter/counter-template.yaml.tmpl").write_text(
+        "metadata:\n  name: counter\nsnapshotConfig:\n  preferredFidelity: SNAPSHOT_FIDELITY_MEMORY\n"
+        "  storageLocation: gs://${BUCKET_NAME}/ate-demo-counter/\n"
+    )
     (src / "manifests/ate-install/generated/ate.dev_workerpools.yaml").write_text(
         "metadata:\n  name: workerpools.ate.dev\nspec:\n  properties:\n    workerImage:\n      type: string\n"
     )
@@ -1245,6 +1276,7 @@ def stub_root(tmp_path):
         (bin_dir / tool).symlink_to(stub)
     (root / "build" / "bin").mkdir()
     (root / "build" / "bin" / "kubectl-ate").symlink_to(stub)
+    (root / "build" / "bin" / "ate-setup").symlink_to(stub)
     (bin_dir / "python3").symlink_to(sys.executable)
     state = tmp_path / "state.json"
     state.write_text(
@@ -1260,6 +1292,10 @@ def stub_root(tmp_path):
                 "registry": False,
                 "registry_on_kind": False,
                 "kind_version": "v0.33.0",
+                "registry_ports": "127.0.0.1:5001\n[::1]:5001",
+                "ready_workers": 4,
+                "any_state": False,
+                "idp": [True],  # Service idp with these endpoints' ready flags; None: no Service
             }
         )
     )
@@ -1323,7 +1359,7 @@ def test_up_kind_cluster_creates_then_converges(stub_root):
         "scripts/kind-config.yaml"
     )
     (registry,) = _commands(state, "docker", "run")
-    assert "127.0.0.1:5001:5000" in registry and "kind-registry" in registry
+    assert "127.0.0.1:5001:5000" in registry and "[::1]:5001:5000" in registry and "kind-registry" in registry
     assert ["exec", "agent-budgets-control-plane", "sysctl", "-w", "net.ipv4.conf.all.proxy_arp=1"] in [
         c[1:] for c in state["calls"] if c[0] == "docker"
     ]
@@ -1370,7 +1406,8 @@ def test_up_demo_actors_recreates_on_a_new_probe_image(stub_root):
     assert done.returncode == 0, done.stderr
     assert "the probe image changed" in done.stderr
     assert [c[2] for c in _ate(state, "suspend", "actor")] == ["actor-a", "actor-b"]
-    assert [c[2] for c in _ate(state, "delete", "actor")] == ["actor-a", "actor-b", "actor-noegress"]
+    deleted = [c[2] for c in _ate(state, "delete", "actor") if c[2] != "--help"]
+    assert deleted == ["actor-a", "actor-b", "actor-noegress"]
     verbs = [c[3] + " " + c[4] for c in state["calls"] if c[0] == "kubectl-ate" and c[3] in ("create", "delete")]
     assert verbs.index("delete actor-template") < verbs.index("create actor-template") < verbs.index("create actor")
     assert state["templates"]["probe-agent"]["containers"][0]["image"] == PROBE_REF
@@ -1391,6 +1428,101 @@ def test_up_resume_actors_only_once_their_policies_exist(stub_root):
     assert done.returncode == 0, done.stderr
     assert [c[2] for c in _ate(state, "resume", "actor")] == ["actor-a", "actor-b", "actor-noegress"]
     assert set(state["actors"].values()) == {"RUNNING"}
+
+
+def test_up_kind_cluster_refuses_a_registry_published_on_ipv4_only(stub_root):
+    """Substrate's hack/create-kind-cluster.sh publishes the registry on 127.0.0.1 and [::1] (issue 10, defect 9)."""
+    stub_root.seed(registry=True, registry_ports="127.0.0.1:5001")
+    done, _ = stub_root("kind-cluster")
+    assert done.returncode == 1
+    assert "does not publish port 5001 on both 127.0.0.1 and [::1] (it publishes: 127.0.0.1:5001)" in done.stderr
+
+
+def test_up_demo_actors_writes_the_checkout_s_snapshot_shape_and_waits_on_the_worker_pool(stub_root):
+    """The template's snapshot block follows the pinned checkout (defect 4); the worker pool is waited on
+    through its own status and pods, never a Deployment name (defect 5)."""
+    done, state = stub_root("demo-actors")
+    assert done.returncode == 0, done.stderr
+    manifest = state["template_manifest"]
+    assert "snapshotConfig:\n  preferredFidelity: SNAPSHOT_FIDELITY_MEMORY\n" in manifest
+    assert "  storageLocation: gs://ate-snapshots/agent-budgets/\n" in manifest and "onPause" not in manifest
+    kubectl = [c[3:] for c in state["calls"] if c[0] == "kubectl" and c[1:3] == ["--context", "kind-agent-budgets"]]
+    assert ["-n", "agent-budgets-actors", "get", "workerpool", "probe-agents", "-o", "json"] in kubectl
+    assert [
+        "-n",
+        "agent-budgets-actors",
+        "get",
+        "pods",
+        "-l",
+        "ate.dev/worker-pool=probe-agents",
+        "-o",
+        "json",
+    ] in kubectl
+    assert not [c for c in kubectl if "deployment" in c or any(a.startswith("deployment/") for a in c)]
+    assert "worker pool agent-budgets-actors/probe-agents: 4/4 worker pods ready" in done.stdout
+
+
+def test_up_recreating_actors_uses_delete_any_state_where_the_cli_has_it(stub_root):
+    """Newer kubectl-ate deletes an actor whatever its state: no suspend, no wait (defect 9)."""
+    old = {
+        "containers": [{"image": "localhost:5001/agent-budgets-probe@sha256:" + "0" * 64}],
+        "status": {"goldenSnapshotStatus": {"goldenSnapshot": {"name": "g"}}},
+    }
+    stub_root.seed(
+        any_state=True,
+        atespaces=["agents"],
+        templates={"probe-agent": old},
+        actors={"actor-a": "RUNNING", "actor-b": "RUNNING", "actor-noegress": "SUSPENDED"},
+    )
+    done, state = stub_root("demo-actors")
+    assert done.returncode == 0, done.stderr
+    assert not _ate(state, "suspend", "actor")
+    deletes = [c for c in _ate(state, "delete", "actor") if c[2] != "--help"]
+    assert deletes == [
+        ["delete", "actor", a, "-a", "agents", "--any-state"] for a in ("actor-a", "actor-b", "actor-noegress")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("idp", "rc", "said"),
+    [
+        (None, 1, "no Service idp in ate-system after the install"),
+        ([True, False], 0, "Service idp in ate-system: 1 ready endpoint(s)"),
+    ],
+)
+def test_up_substrate_install_requires_a_serving_idp(stub_root, idp, rc, said):
+    """A missing Service idp is an error of substrate-install, not a warning (defect 1)."""
+    stub_root.seed(idp=idp)
+    done, _ = stub_root("substrate-install")
+    assert done.returncode == rc, done.stderr
+    assert said in (done.stderr if rc else done.stdout)
+    if rc:
+        assert (
+            "every actor call would get 401" in done.stderr and "SUBSTRATE_REF in scripts/versions.env" in done.stderr
+        )
+
+
+def _substrate_features(src):
+    for folder in ("cmd/ate-setup", "cmd/kubectl-ate", "cmd/ate-idp-server", "cmd/ateapi", "cmd/atenet"):
+        (src / folder).mkdir(parents=True, exist_ok=True)
+    (src / "cmd/ateapi/mint.go").write_text('sub := fmt.Sprintf("actor/%s/%s", atespace, name)\n')
+    (src / "cmd/atenet/egress.go").write_text("token := effect.GetActorJwt()\n")
+
+
+def test_up_substrate_source_checks_that_the_installer_deploys_the_idp(stub_root, tmp_path):
+    """cmd/ate-idp-server alone is not enough: the install manifests must run it behind Service idp (defect 1)."""
+    src = tmp_path / "project" / "build" / "substrate"
+    _substrate_features(src)
+    done, _ = stub_root("substrate-source")
+    assert done.returncode == 1
+    assert "install manifests (manifests/ate-install) have no workload running cmd/ate-idp-server" in done.stderr
+    (src / "manifests/ate-install/idp.yaml").write_text(
+        "kind: Deployment\nmetadata:\n  name: ate-idp-server\nspec:\n  template:\n    spec:\n      containers:\n"
+        "      - image: ko://go.ate.dev/substrate/cmd/ate-idp-server\n---\nkind: Service\nmetadata:\n  name: idp\n"
+    )
+    done, _ = stub_root("substrate-source")
+    assert done.returncode == 0, done.stderr
+    assert "IdP (deployed by its manifests)" in done.stdout
 
 
 # --- the live checks' own code, against a simulated stack -------------------------------------------------

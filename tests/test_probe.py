@@ -378,8 +378,14 @@ def test_actor_template_runs_the_probe_as_built():
         WORKER_LABEL="agent-budgets-probe",
         PROBE_IMAGE="localhost:5001/agent-budgets-probe@sha256:" + "0" * 64,
         SNAPSHOT_BUCKET="ate-snapshots",
+        SNAPSHOT_BLOCK="snapshotConfig:\n  onPause: SNAPSHOT_CONTENT_SCOPE_FULL\n  storageLocation: gs://b/agent-budgets/",
     )
     assert template["metadata"] == {"atespace": "agents", "name": "probe-agent"}
+    # scripts/up.sh fills in the block in the pinned checkout's shape (scripts/substrate_facts.py).
+    assert template["snapshotConfig"] == {
+        "onPause": "SNAPSHOT_CONTENT_SCOPE_FULL",
+        "storageLocation": "gs://b/agent-budgets/",
+    }
     (container,) = template["containers"]
     env = {item["name"]: item["value"] for item in container["env"]}
     dockerfile = (ROOT / "probe" / "Dockerfile").read_text()

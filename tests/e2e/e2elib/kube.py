@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from scripts import substrate_facts
+
 from .runner import Result, Runner, check
 
 
@@ -43,16 +45,10 @@ def policy_is_accepted(doc: Mapping[str, Any]) -> bool:
 
 
 def actor_state_from_json(doc: Any) -> str:
-    """RUNNING, SUSPENDED, ... from `kubectl ate get actors <name> -o json` (either status shape)."""
-    if isinstance(doc, list):
-        doc = doc[0] if doc else {}
-    status = doc.get("status") if isinstance(doc, dict) else None
-    if isinstance(status, dict):
-        status = status.get("state") or status.get("status")
-    state = str(status or "UNKNOWN").upper()
-    for prefix in ("ACTOR_STATE_", "STATUS_"):
-        state = state.removeprefix(prefix)
-    return state
+    """RUNNING, SUSPENDED, ... from `kubectl ate get actors <name> -o json`: the bare object, the list
+    printer's `{"actors": [...]}` or a bare list, with either status shape (scripts/substrate_facts.py,
+    shared with scripts/up.sh)."""
+    return substrate_facts.actor_state(doc)
 
 
 class Kube:
@@ -176,8 +172,7 @@ class Ate:
             self.run("get", "egress-policy", actor, "-a", self.atespace, "-o", "json", timeout=30),
             "kubectl ate get egress-policy",
         )
-        doc = json.loads(result.stdout) if result.stdout.strip() else {}
-        return bool(isinstance(doc, dict) and doc.get("rules"))
+        return substrate_facts.has_rules(substrate_facts.parse_json(result.stdout))
 
     def ensure_running(
         self,
