@@ -56,11 +56,12 @@ down:
 	bash scripts/down.sh kind-delete      # kind delete cluster --name agent-budgets
 
 # tests/e2e is excluded from the unit run (pyproject norecursedirs); the override collects it here.
+# AGENT_BUDGETS_E2E_REQUIRE_STACK=1: no live stack is a failure naming the reason, never a skip.
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/e2e -o 'norecursedirs=venv .git' -p no:cacheprovider -s -v
+	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m pytest tests/e2e -o 'norecursedirs=venv .git' -p no:cacheprovider -s -v
 
 bench-e2e: $(STAMP)
-	$(BIN)/python -m tests.e2e.bench_latency
+	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m tests.e2e.bench_latency
 
 docs: $(STAMP)
 	$(BIN)/python scripts/gen_config_docs.py

@@ -22,15 +22,19 @@ from pulumi_kubernetes.networking.v1 import NetworkPolicy
 from core.manifests import common_labels
 from core.platform_values import (
     PASSWORD_KEY,
+    RATELIMIT_REDIS_CA,
     RATELIMIT_REDIS_SECRET,
     REDIS_AUTH_SECRET,
+    REDIS_CA_KEY,
     REDIS_CONFIG_FILE,
     REDIS_CONFIG_MAP,
     REDIS_HEADLESS_NAME,
     REDIS_NAME,
+    SENTINEL_PASSWORD_KEY,
     redis_labels,
     redis_namespace_labels,
     redis_network_policy_spec,
+    redis_private_ca,
     redis_server_config,
     redis_service_spec,
     redis_stateful_set_spec,
@@ -42,9 +46,10 @@ from core.settings import ENVOY_GATEWAY_NAMESPACE, PROJECT, RedisSettings, secre
 PASSWORD_LENGTH = 32
 
 
-def read_external_password(redis: RedisSettings) -> pulumi.Output[str]:
-    """The external Redis password from secret config (core.validation has refused a missing one)."""
-    key = redis.password_config
+def read_external_password(redis: RedisSettings, key: str | None = None) -> pulumi.Output[str]:
+    """A secret of the external Redis from secret config (core.validation has refused a missing one): its
+    password, or with `key` another one (the Sentinels' password)."""
+    key = key or redis.password_config
     value = pulumi.Config(PROJECT).get_secret(key)
     if value is None or not runtime_config.is_config_secret(f"{PROJECT}:{key}"):
         # Only reachable when the component is used outside the program; never echo the value.
@@ -59,6 +64,7 @@ class RateLimitStore(pulumi.ComponentResource):
     url: str
     tls: bool
     client_secret: Secret
+    client_ca: ConfigMap | None
     namespace: Namespace | None
     password: random.RandomPassword | None
     auth_secret: Secret | None
@@ -92,7 +98,11 @@ class RateLimitStore(pulumi.ComponentResource):
             assert external_password is not None
             password = pulumi.Output.secret(external_password)
 
-        # envoy-ratelimit reads REDIS_AUTH from this Secret, in its own namespace.
+        # envoy-ratelimit reads REDIS_AUTH (and REDIS_SENTINEL_AUTH) from this Secret, in its own namespace.
+        secrets: dict[str, pulumi.Input[str]] = {PASSWORD_KEY: password}
+        if redis.mode == "external" and redis.type == "sentinel" and redis.sentinel_password_config:
+            sentinel = read_external_password(redis, redis.sentinel_password_config)
+            secrets[SENTINEL_PASSWORD_KEY] = pulumi.Output.secret(sentinel)
         self.client_secret = Secret(
             f"{name}-ratelimit-auth",
             metadata={
@@ -101,15 +111,26 @@ class RateLimitStore(pulumi.ComponentResource):
                 "labels": common_labels(),
             },
             type="Opaque",
-            string_data={PASSWORD_KEY: password},
+            string_data=secrets,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # A private CA for the external Redis: a public certificate, mounted into envoy-ratelimit
+        # (core.platform_values.ratelimit_ca_volume) and named by REDIS_TLS_CACERT.
+        self.client_ca = None
+        private_ca = redis_private_ca(redis)
+        if private_ca is not None:
+            self.client_ca = ConfigMap(
+                f"{name}-ratelimit-ca",
+                metadata={"name": RATELIMIT_REDIS_CA, "namespace": client_namespace, "labels": common_labels()},
+                data={REDIS_CA_KEY: private_ca},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
 
         if redis.mode == "in-cluster":
             assert self.stateful_set and self.service and self.network_policy
             self.ready = (self.stateful_set, self.service, self.network_policy, self.client_secret)
         else:
-            self.ready = (self.client_secret,)
+            self.ready = (self.client_secret, *([self.client_ca] if self.client_ca else []))
 
         self.register_outputs(
             {

@@ -299,6 +299,16 @@ def check_redis_mode(view: ConfigView) -> Iterator[Problem]:
             problem = redis_url_problem(url, redis_type)
             if problem:
                 yield Problem("redis.url", problem)
+        if "tlsCaCertificate" in written and redis.get("tls") is not True:
+            yield Problem(
+                "redis.tlsCaCertificate",
+                "is set but redis.tls is not true: the CA only verifies a TLS connection; set redis.tls: true",
+            )
+        if "sentinelPasswordConfig" in written and redis_type != "sentinel":
+            yield Problem(
+                "redis.sentinelPasswordConfig",
+                f"applies only to type sentinel (type is {redis_type!r}): remove it, or set redis.type: sentinel",
+            )
         for name in REDIS_IN_CLUSTER_ONLY:
             key = aliases_of_redis()[name]
             if key in written:

@@ -61,8 +61,14 @@ REDIS_PORT = 6379
 REDIS_AUTH_SECRET = "redis-auth"
 """The Secret in the Redis namespace that Redis reads its `requirepass` from."""
 RATELIMIT_REDIS_SECRET = "envoy-ratelimit-redis"
-"""The Secret in envoy-gateway-system that envoy-ratelimit reads REDIS_AUTH from."""
+"""The Secret in envoy-gateway-system that envoy-ratelimit reads REDIS_AUTH (and REDIS_SENTINEL_AUTH) from."""
 PASSWORD_KEY = "password"
+SENTINEL_PASSWORD_KEY = "sentinelPassword"
+RATELIMIT_REDIS_CA = "envoy-ratelimit-redis-ca"
+"""The ConfigMap in envoy-gateway-system holding a private Redis CA (key ca.crt), mounted into envoy-ratelimit."""
+REDIS_CA_KEY = "ca.crt"
+REDIS_CA_DIR = "/etc/agent-budgets/redis-ca"
+REDIS_CA_VOLUME = "agent-budgets-redis-ca"
 REDIS_CONFIG_MAP = "redis-config"
 REDIS_CONFIG_FILE = "redis.conf"
 REDIS_CONFIG_DIR = "/etc/redis"
@@ -130,7 +136,31 @@ def ratelimit_container_env(
         env.append({"name": "REDIS_TYPE", "value": redis_type})
     if redis_type == "CLUSTER":
         env.append({"name": "REDIS_PIPELINE_WINDOW", "value": CLUSTER_PIPELINE_WINDOW})
+    if redis_type == "SENTINEL" and redis.sentinel_password_config:
+        # envoyproxy/ratelimit src/settings/settings.go REDIS_SENTINEL_AUTH: the Sentinels' own password.
+        sentinel = {"secretKeyRef": {"name": secret_name, "key": SENTINEL_PASSWORD_KEY}}
+        env.append({"name": "REDIS_SENTINEL_AUTH", "valueFrom": sentinel})
+    if redis_private_ca(redis) is not None:
+        # REDIS_TLS_CACERT is a file path (settings.go, utils.TlsConfigFromFiles): the CA is mounted there.
+        env.append({"name": "REDIS_TLS_CACERT", "value": f"{REDIS_CA_DIR}/{REDIS_CA_KEY}"})
     return env
+
+
+def redis_private_ca(redis: RedisSettings) -> str | None:
+    """The private CA (PEM) envoy-ratelimit must trust for the external Redis, when one is configured."""
+    if redis_uses_tls(redis) and redis.tls_ca_certificate:
+        return redis.tls_ca_certificate
+    return None
+
+
+def ratelimit_ca_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod volume and container mount that put the private Redis CA at REDIS_TLS_CACERT's path."""
+    volume = {
+        "name": REDIS_CA_VOLUME,
+        "configMap": {"name": RATELIMIT_REDIS_CA, "items": [{"key": REDIS_CA_KEY, "path": REDIS_CA_KEY}]},
+    }
+    mount = {"name": REDIS_CA_VOLUME, "mountPath": REDIS_CA_DIR, "readOnly": True}
+    return volume, mount
 
 
 # --- Helm values ----------------------------------------------------------------------------------------
@@ -147,6 +177,12 @@ def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
         "replicas": settings.rate_limit.replicas,
         "container": {"env": ratelimit_container_env(redis)},
     }
+    if redis_private_ca(redis) is not None:
+        # Envoy Gateway merges these into the envoy-ratelimit pod (v1.9.0 internal/infrastructure/kubernetes/
+        # ratelimit/resource.go expectedDeploymentVolumes / expectedContainerVolumeMounts).
+        volume, mount = ratelimit_ca_volume()
+        rate_limit_deployment["pod"] = {"volumes": [volume]}
+        rate_limit_deployment["container"]["volumeMounts"] = [mount]
     kubernetes: dict[str, Any] = {"rateLimitDeployment": rate_limit_deployment}
     if settings.rate_limit.replicas > 1:
         kubernetes["rateLimitPDB"] = {"minAvailable": 1}
@@ -162,6 +198,9 @@ def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
                 }
             },
             "service": {"fqdn": {"hostname": EXTENSION_SERVER_HOST, "port": EXTENSION_SERVER_PORT}},
+            # Every budget rule is copied into each model route, and all routes travel in one message
+            # (docs/message-size.md); core.validation refuses budgets that would not fit this cap.
+            "maxMessageSize": settings.platform.extension_message_limit,
         },
         "rateLimit": {
             "backend": {"type": "Redis", "redis": redis_backend},
@@ -193,10 +232,16 @@ def agent_router_crds_values(settings: StackSettings) -> dict[str, Any]:
 
 
 def agent_router_values(settings: StackSettings) -> dict[str, Any]:
-    """Values of the `aieg` release: the controller Service EG calls, and where EG runs the Envoy pods."""
-    del settings
+    """Values of the `aieg` release: the controller Service EG calls, where EG runs the Envoy pods, and the
+    extension server's receive cap (the same number as Envoy Gateway's send cap)."""
     return {
-        "controller": {"fullnameOverride": AGENT_ROUTER_CONTROLLER},
+        "controller": {
+            "fullnameOverride": AGENT_ROUTER_CONTROLLER,
+            # The chart passes it as `--maxRecvMsgSize={{ .Values.controller.maxRecvMsgSize }}`, an int flag
+            # (envoyproxy/ai-gateway v1.1.0 templates/deployment.yaml, cmd/controller/main.go): a string, so
+            # Helm does not render a large number in float notation.
+            "maxRecvMsgSize": str(settings.platform.extension_message_bytes),
+        },
         "envoyGateway": {"namespace": ENVOY_GATEWAY_NAMESPACE},
     }
 

@@ -450,13 +450,17 @@ class BudgetPolicySettings(_Model):
     """Layout of the budget policy. Changing it moves counter keys: every default bucket restarts."""
 
     # Fixed number of inverted-regex matches that exclude class members from the default rule.
+    # 32 by measurement (docs/message-size.md, scripts/measure_exclusion_slots.py): every slot lengthens every
+    # default-budget counter key by about 32 bytes (stored in Redis, sent with every rate-limit check) and
+    # admits about 83 more class members with ids like agents/actor-00042.
     exclusion_slots: int = Field(
-        default=127,
+        default=32,
         ge=1,
         le=1023,
         description=(
-            "Fixed number of matches that exclude class members from the default rule; changing it restarts every "
-            "default bucket once."
+            "Fixed number of matches that exclude class members from the default rule (about 83 members each; "
+            "each one adds about 32 bytes to every default counter key); changing it restarts every default bucket "
+            "once. See docs/message-size.md."
         ),
     )
 
@@ -484,6 +488,17 @@ class RateLimitSettings(_Model):
         return value
 
 
+# The extension-server message cap (docs/message-size.md). Envoy Gateway's pattern for maxMessageSize
+# (api/v1alpha1/envoygateway_types.go v1.9.0) admits a whole number with an optional suffix; these are the
+# suffixes that make sense for a message size.
+MIB = 1024 * 1024
+EXTENSION_MESSAGE_LIMIT_DEFAULT = "16Mi"
+MIN_EXTENSION_MESSAGE_LIMIT = 4 * 1024 * 1024
+MAX_EXTENSION_MESSAGE_LIMIT = 512 * 1024 * 1024
+_MESSAGE_SIZE = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|k|M|G|)$")
+_MESSAGE_SIZE_FACTORS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
 class PlatformSettings(_Model):
     """Helm releases that install Envoy Gateway and Agent Router."""
 
@@ -501,6 +516,15 @@ class PlatformSettings(_Model):
         description="The `aieg-crd` and `aieg` releases; v1.2 needs Envoy Gateway v1.9.2 or newer.",
     )
 
+    extension_message_limit: str = Field(
+        default=EXTENSION_MESSAGE_LIMIT_DEFAULT,
+        description=(
+            "Cap on the one message Envoy Gateway sends Agent Router's extension server (set on both ends: Envoy "
+            "Gateway `extensionManager.maxMessageSize`, Agent Router `controller.maxRecvMsgSize`); the preview "
+            "refuses budgets and routes whose message would not fit with 25% headroom. See docs/message-size.md."
+        ),
+    )
+
     @field_validator("envoy_gateway_version", "agent_router_version")
     @classmethod
     def _semver(cls, value: str) -> str:
@@ -508,11 +532,32 @@ class PlatformSettings(_Model):
             raise ValueError(f"version {value!r} is not a release version such as v1.9.3")
         return value
 
+    @field_validator("extension_message_limit")
+    @classmethod
+    def _message_limit(cls, value: str) -> str:
+        match = _MESSAGE_SIZE.match(value)
+        if not match:
+            raise ValueError(f"extensionMessageLimit {value!r} is not a whole quantity such as 16Mi or 16777216")
+        size = int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)]
+        if not MIN_EXTENSION_MESSAGE_LIMIT <= size <= MAX_EXTENSION_MESSAGE_LIMIT:
+            raise ValueError(
+                f"extensionMessageLimit {value!r} is {size:,} bytes: use 4Mi to 512Mi (gRPC's own default is 4Mi; "
+                "larger messages cost Envoy Gateway and Agent Router memory on every configuration change)"
+            )
+        return value
+
+    @property
+    def extension_message_bytes(self) -> int:
+        """The limit in bytes."""
+        match = _MESSAGE_SIZE.match(self.extension_message_limit)
+        assert match is not None  # the validator refused anything else
+        return int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)]
+
 
 RedisMode = Literal["in-cluster", "external"]
 RedisType = Literal["single", "sentinel", "cluster"]
 REDIS_IN_CLUSTER_ONLY = ("namespace", "image", "storage_size", "storage_class", "protect")
-REDIS_EXTERNAL_ONLY = ("url", "type", "tls")
+REDIS_EXTERNAL_ONLY = ("url", "type", "tls", "tls_ca_certificate", "sentinel_password_config")
 
 
 class RedisSettings(_Model):
@@ -540,7 +585,25 @@ class RedisSettings(_Model):
     tls: bool = Field(default=False, description="External only: TLS, verified against the system roots.")
     password_config: str = Field(
         default="redisPassword",
-        description="The **secret** config key holding the external Redis password (or `user:password`).",
+        description=(
+            "The **secret** config key holding the external Redis password, or `user:password` for an ACL user. "
+            "The rate-limit service splits the value at its first `:`, so a password that contains `:` must be "
+            "written with its user (`default:pa:ss`)."
+        ),
+    )
+    tls_ca_certificate: str | None = Field(
+        default=None,
+        description=(
+            "External with `tls: true` only: the PEM certificate(s) of a private CA that signed the Redis server "
+            "certificate (mounted into `envoy-ratelimit` as `REDIS_TLS_CACERT`); unset = the system roots."
+        ),
+    )
+    sentinel_password_config: str | None = Field(
+        default=None,
+        description=(
+            "External `type: sentinel` only: the **secret** config key holding the password of the Sentinel nodes "
+            "(`REDIS_SENTINEL_AUTH`); unset = the Sentinels need none."
+        ),
     )
 
     @field_validator("namespace")
@@ -576,6 +639,27 @@ class RedisSettings(_Model):
             raise ValueError(f"passwordConfig {value!r} is not a config key name such as redisPassword")
         return value
 
+    @field_validator("sentinel_password_config")
+    @classmethod
+    def _sentinel_password_key(cls, value: str | None) -> str | None:
+        if value is not None and not _CONFIG_KEY.match(value):
+            raise ValueError(f"sentinelPasswordConfig {value!r} is not a config key name such as redisSentinelPassword")
+        return value
+
+    @field_validator("tls_ca_certificate")
+    @classmethod
+    def _ca_pem(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        blocks = re.findall(r"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+?-----END CERTIFICATE-----", value)
+        leftover = re.sub(r"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+?-----END CERTIFICATE-----", "", value)
+        if not blocks or leftover.strip():
+            raise ValueError(
+                "tlsCaCertificate is not one or more PEM certificates (-----BEGIN CERTIFICATE----- ... "
+                "-----END CERTIFICATE-----, nothing else): paste the CA's certificate, never a key"
+            )
+        return value
+
 
 def redis_url_problem(url: str, redis_type: str) -> str | None:
     """Why `url` is not a Redis address list of `redis_type`, with the fix; None when it is one."""
@@ -597,6 +681,46 @@ def redis_url_problem(url: str, redis_type: str) -> str | None:
         match = re.match(r"^[A-Za-z0-9.-]+:([0-9]{1,5})$", part)
         if not match or not 1 <= int(match.group(1)) <= 65535:
             return f"url part {part!r} must be host:port with a port from 1 to 65535"
+    for part in parts:
+        refused = go_url_parse_error(part)
+        if refused:
+            return (
+                f"url part {part!r} is refused by Envoy Gateway, which checks each part with Go's url.Parse at "
+                f"startup ({refused}), so the eg release would fail: name the host by a DNS name that starts with "
+                "a letter (for an IP address, a Service of type ExternalName or a headless Service with an "
+                "Endpoints object)"
+            )
+    return None
+
+
+def go_url_parse_error(text: str) -> str | None:
+    """The error Go's `net/url.Parse` returns for `text`, or None (the checks that matter for host:port).
+
+    Go (src/net/url/url.go `Parse`, `getScheme`): an ASCII control character fails; a leading `:` is a
+    missing scheme; a scheme is letters then letters, digits, `+`, `-` or `.` up to the first `:`. Without a
+    scheme, a first path segment (up to the first `/`) that holds a `:` fails. So `redis.example:6379` parses
+    (scheme `redis.example`) while `10.0.0.5:6379`, `-x:1` or `my_host:1` do not. Envoy Gateway v1.9.0 runs
+    it on each comma-separated part (api/v1alpha1/validation/envoygateway_validate.go `ValidateRedisURL`).
+    """
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+        return "net/url: invalid control character in URL"
+    scheme_end = None
+    for index, ch in enumerate(text):
+        if ch.isascii() and ch.isalpha():
+            continue
+        if ch.isascii() and (ch.isdigit() or ch in "+-."):
+            if index == 0:
+                break
+            continue
+        if ch == ":":
+            if index == 0:
+                return "missing protocol scheme"
+            scheme_end = index
+        break
+    if scheme_end is not None:
+        return None
+    if ":" in text.split("/", 1)[0]:
+        return "first path segment in URL cannot contain colon"
     return None
 
 
@@ -697,6 +821,8 @@ def required_secrets(settings: StackSettings) -> list[tuple[str, str]]:
     ]
     if settings.redis.mode == "external":
         needed.append((settings.redis.password_config, "the password of the external Redis"))
+        if settings.redis.sentinel_password_config:
+            needed.append((settings.redis.sentinel_password_config, "the password of the Redis Sentinel nodes"))
     return needed
 
 

@@ -22,15 +22,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
 from core.cross_checks import MISSING, ConfigView, cross_key_problems, no_actors_finding
 from core.egress import EgressPolicySettings, settings_problems
+from core.manifests import BUDGET_POLICY_NAME
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import (
     GATEWAY_HOSTNAME,
+    MIB,
     PROVIDER_DEFAULT_HOSTS,
     SECRET_PLACEHOLDER,
+    GatewaySettings,
+    PlatformSettings,
+    Route,
     StackSettings,
     required_secrets,
     secret_set_command,
@@ -98,6 +104,9 @@ def expected_secret_keys(view: ConfigView) -> dict[str, str]:
     if view.get("redis", "mode") == "external":
         key = view.get("redis", "passwordConfig")
         needed[str(key if isinstance(key, str) else "redisPassword")] = "the password of the external Redis"
+        sentinel = view.get("redis", "sentinelPasswordConfig")
+        if isinstance(sentinel, str):
+            needed[sentinel] = "the password of the Redis Sentinel nodes"
     return needed
 
 
@@ -225,6 +234,36 @@ def egress_problems(settings: StackSettings) -> list[Problem]:
     ]
 
 
+def message_size_problems(
+    rules: BudgetRules, routes: list[Route], providers: int, platform: PlatformSettings, gateway: GatewaySettings
+) -> list[Problem]:
+    """The extension-server message must fit the configured cap with headroom (docs/message-size.md).
+
+    Envoy Gateway copies every budget rule into each model route and sends all routes to Agent Router in
+    one message; over the cap, the hook fails and no later change reaches Envoy (core.xds_size).
+    """
+    estimate = xds_size.estimate_message(
+        gateway.namespace, BUDGET_POLICY_NAME, rules.specs(), xds_size.route_layout(routes, providers)
+    )
+    limit = platform.extension_message_bytes
+    needed = estimate.required_limit()
+    if needed <= limit:
+        return []
+    suggestion = f"{-(-needed // MIB)}Mi"
+    return [
+        Problem(
+            "platform.extensionMessageLimit",
+            (
+                f"is {platform.extension_message_limit} ({limit:,} bytes), but the message Envoy Gateway sends Agent "
+                f"Router for these budgets and routes is {estimate.total_bytes:,} bytes ({estimate.describe()}) and "
+                f"needs {xds_size.HEADROOM:g}x that, {needed:,} bytes. Raise platform.extensionMessageLimit to "
+                f"{suggestion} or more, or carry fewer bytes per route: fewer model names in routes (each one "
+                f"carries every rule), fewer budget classes or class members (docs/message-size.md)"
+            ),
+        )
+    ]
+
+
 def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack:
     """Validate everything; raise ConfigError listing every problem, or return what the components need."""
     findings, view = _check_settings(raw)
@@ -236,6 +275,10 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
             rules = compile_budget_rules(budgets, budget_policy.exclusion_slots)
         except ConfigError as error:
             findings.problems.extend(error.problems)
+
+    routes, providers, platform, gateway = (view.typed(key) for key in ("routes", "providers", "platform", "gateway"))
+    if rules is not None and None not in (routes, providers, platform, gateway):
+        findings.problems.extend(message_size_problems(rules, routes, len(providers), platform, gateway))
 
     if view.typed("providers") is not None and view.typed("redis") is not None:
         findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))
@@ -259,6 +302,7 @@ __all__ = [
     "ValidatedStack",
     "egress_problems",
     "egress_settings",
+    "message_size_problems",
     "parse_settings",
     "secret_problems",
     "validate_stack",

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Fetch the pinned upstream CRD files the schema tests validate against (`make crds`).
+# Fetch the upstream CRD files the schema tests validate against (`make crds`), for the versions the
+# program deploys by default (platform.envoyGatewayVersion / agentRouterVersion, read from core/settings.py
+# by scripts/deployed_versions.py). Override with EG_VERSION=v1.9.0 AR_VERSION=v1.1.0 make crds.
 #
-# Same files and folder layout as the shared copy the tests default to:
-#   envoy-gateway-v1.9.0/  envoyproxy/gateway    @ v1.9.0 charts/gateway-helm/charts/crds/crds/
-#   ai-gateway-v1.1.0/     envoyproxy/ai-gateway @ v1.1.0 manifests/charts/ai-gateway-crds-helm/templates/
-# Output: ${AGENT_BUDGETS_CRDS:-.crds} (a relative path is taken from the repository root).
-# Every file is checked against the sha256 of the copy the tests were written against; set
-# AGENT_BUDGETS_CRDS_NO_VERIFY=1 to accept different bytes (e.g. a moved tag) after reviewing them.
+#   envoy-gateway-<tag>/  envoyproxy/gateway  @ <tag> charts/gateway-helm/charts/crds/crds/
+#   ai-gateway-<tag>/     Agent Router @ <tag> manifests/charts/ai-gateway-crds-helm/templates/
+#                         (envoyproxy/ai-gateway up to v1.1.x; theagentrouter/agent-router from v1.2.0, where
+#                         the renamed project publishes; same chart path)
+# Output: ${AGENT_BUDGETS_CRDS:-.crds} (a relative path is taken from the repository root); other versions'
+# folders there are removed, so the tests load one version of each. tests/support/crds.py names the
+# versions in the test summary.
+# Files whose sha256 is recorded in scripts/crds.sha256 must match it (AGENT_BUDGETS_CRDS_NO_VERIFY=1
+# accepts different bytes after review). Versions with no recorded sums are fetched over HTTPS from the
+# tag and their sums printed and written to <out>/SHA256SUMS: review them and append them to
+# scripts/crds.sha256 to pin them (AGENT_BUDGETS_CRDS_REQUIRE_PINNED=1 refuses unrecorded files).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,29 +25,42 @@ case "${out}" in
   *) out="${repo_root}/${out}" ;;
 esac
 
+deployed="$(python3 "${repo_root}/scripts/deployed_versions.py")"
+eg_default="$(sed -n 's/.*ENVOY_GATEWAY_VERSION=\([^ ]*\).*/\1/p' <<<"${deployed}")"
+ar_default="$(sed -n 's/.*AGENT_ROUTER_VERSION=\([^ ]*\).*/\1/p' <<<"${deployed}")"
+
 eg_repo="envoyproxy/gateway"
-eg_tag="v1.9.0"
+eg_tag="${EG_VERSION:-${eg_default}}"
 eg_dir="envoy-gateway-${eg_tag}"
 eg_path="charts/gateway-helm/charts/crds/crds"
 
+aigw_tag="${AR_VERSION:-${ar_default}}"
 aigw_repo="envoyproxy/ai-gateway"
-aigw_tag="v1.1.0"
+# Agent Router v1.2.0 was the first release under the new name, from theagentrouter/agent-router.
+if [[ "$(printf '%s\n%s\n' "v1.2.0" "${aigw_tag}" | sort -V | head -n1)" == "v1.2.0" ]]; then
+  aigw_repo="theagentrouter/agent-router"
+fi
 aigw_dir="ai-gateway-${aigw_tag}"
 aigw_path="manifests/charts/ai-gateway-crds-helm/templates"
 
-# <local file under $out> <upstream path> <repo> <tag> <sha256>
+# <local file under $out>|<upstream path>|<repo>|<tag>
 files=(
-  "${eg_dir}/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_repo}|${eg_tag}|cd75a4c222df5487aa9ca8957b48bcc3255eb25de02ed9153faf620bc160f786"
-  "${eg_dir}/gateway.envoyproxy.io_securitypolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_securitypolicies.yaml|${eg_repo}|${eg_tag}|6412914ec5b7c48f58b85f60a80767ba15a50c8d374480cf5f2d872e4a764466"
-  "${eg_dir}/gateway.envoyproxy.io_backends.yaml|${eg_path}/generated/gateway.envoyproxy.io_backends.yaml|${eg_repo}|${eg_tag}|bb1901aea758d05458b853b07db04a96a1ea4346b177e392e5ce7398573805be"
-  "${eg_dir}/gateway.envoyproxy.io_envoyproxies.yaml|${eg_path}/generated/gateway.envoyproxy.io_envoyproxies.yaml|${eg_repo}|${eg_tag}|3e9ea2f348445e3798b02daf02bf024b0d944227cf5ef8a18da7f675a1afd223"
-  "${eg_dir}/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_repo}|${eg_tag}|2c7eaa1ce30de626e9c362b8d9002281c2f435f970020fa81902ad7f30b38d5b"
-  "${eg_dir}/gatewayapi-crds-v1.6.1-experimental.yaml|${eg_path}/gatewayapi-crds.yaml|${eg_repo}|${eg_tag}|f0342ed49e7cd1b62624659984ea2934addd334efc8630827d0e1a81194b157a"
-  "${aigw_dir}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_path}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_repo}|${aigw_tag}|c6ca0a06b214d93f1c7eefe8f9735fa551f23948088e0bf3c317b792ad68f162"
-  "${aigw_dir}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_path}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_repo}|${aigw_tag}|35f6323a486a6f447be41fe1de4327f6e6e7254a0ca61d33186cb03fe11888f6"
-  "${aigw_dir}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_path}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_repo}|${aigw_tag}|b2a2cfef49fd3253c70339231eef1745562515488022dcedc0c732df1c96c8f3"
-  "${aigw_dir}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_path}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_repo}|${aigw_tag}|3e409ab57d85ee6c42b993ed869c7db28fde4b0e952c35c84a1240df09f21c1e"
+  "${eg_dir}/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gateway.envoyproxy.io_securitypolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_securitypolicies.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gateway.envoyproxy.io_backends.yaml|${eg_path}/generated/gateway.envoyproxy.io_backends.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gateway.envoyproxy.io_envoyproxies.yaml|${eg_path}/generated/gateway.envoyproxy.io_envoyproxies.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gatewayapi-crds.yaml|${eg_path}/gatewayapi-crds.yaml|${eg_repo}|${eg_tag}"
+  "${aigw_dir}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_path}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_repo}|${aigw_tag}"
+  "${aigw_dir}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_path}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_repo}|${aigw_tag}"
+  "${aigw_dir}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_path}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_repo}|${aigw_tag}"
+  "${aigw_dir}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_path}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_repo}|${aigw_tag}"
 )
+
+# pinned_sha <repo>@<tag>/<upstream path>: the recorded sha256 in scripts/crds.sha256, or nothing.
+pinned_sha() {
+  awk -v want="$1" '$2 == want {print $1; exit}' "${repo_root}/scripts/crds.sha256"
+}
 
 for tool in curl sha256sum; do
   if ! command -v "${tool}" >/dev/null 2>&1; then
@@ -62,8 +82,10 @@ cleanup() { rm -rf "${staging}"; }
 trap cleanup EXIT
 
 mismatches=0
+unpinned=()
+: >"${staging}/SHA256SUMS"
 for entry in "${files[@]}"; do
-  IFS='|' read -r local_name upstream_path repo tag want_sha <<<"${entry}"
+  IFS='|' read -r local_name upstream_path repo tag <<<"${entry}"
   url="https://raw.githubusercontent.com/${repo}/${tag}/${upstream_path}"
   dest="${staging}/${local_name}"
   mkdir -p "$(dirname "${dest}")"
@@ -76,11 +98,26 @@ for entry in "${files[@]}"; do
     exit 1
   fi
   got_sha="$(sha256sum "${dest}" | cut -d' ' -f1)"
-  if [[ "${got_sha}" != "${want_sha}" ]]; then
+  line="${got_sha}  ${repo}@${tag}/${upstream_path}"
+  printf '%s\n' "${line}" >>"${staging}/SHA256SUMS"
+  want_sha="$(pinned_sha "${repo}@${tag}/${upstream_path}")"
+  if [[ -z "${want_sha}" ]]; then
+    unpinned+=("${line}")
+  elif [[ "${got_sha}" != "${want_sha}" ]]; then
     echo "fetch-crds: sha256 mismatch for ${local_name}: got ${got_sha}, want ${want_sha}" >&2
     mismatches=$((mismatches + 1))
   fi
 done
+
+if ((${#unpinned[@]} > 0)); then
+  echo "fetch-crds: ${#unpinned[@]} file(s) of these versions have no recorded sha256 in scripts/crds.sha256:" >&2
+  printf '  %s\n' "${unpinned[@]}" >&2
+  if [[ "${AGENT_BUDGETS_CRDS_REQUIRE_PINNED:-}" == "1" ]]; then
+    echo "fetch-crds: AGENT_BUDGETS_CRDS_REQUIRE_PINNED=1: nothing written; review them and record them first." >&2
+    exit 1
+  fi
+  echo "fetch-crds: accepted as fetched over HTTPS from the tags; review them, then append the lines above to scripts/crds.sha256 to pin them." >&2
+fi
 
 if ((mismatches > 0)) && [[ "${AGENT_BUDGETS_CRDS_NO_VERIFY:-}" != "1" ]]; then
   echo "fetch-crds: ${mismatches} file(s) differ from the pinned copies; nothing written." >&2
@@ -88,19 +125,22 @@ if ((mismatches > 0)) && [[ "${AGENT_BUDGETS_CRDS_NO_VERIFY:-}" != "1" ]]; then
   exit 1
 fi
 
+# One version of each project in the output: the tests load every YAML file under it.
+for stale in "${out}"/envoy-gateway-* "${out}"/ai-gateway-*; do
+  [[ -e "${stale}" ]] || continue
+  rm -rf "${stale:?}"
+done
 for dir in "${eg_dir}" "${aigw_dir}"; do
-  rm -rf "${out:?}/${dir}"
   mv "${staging}/${dir}" "${out}/${dir}"
 done
-if [[ ! -e "${out}/README.md" ]]; then
-  cat >"${out}/README.md" <<EOF
-# Upstream CRD schemas, pinned (fetched by scripts/fetch-crds.sh)
-
-- ${eg_dir}/: https://github.com/${eg_repo} tag ${eg_tag}, ${eg_path}/
-  (gatewayapi-crds.yaml saved as gatewayapi-crds-v1.6.1-experimental.yaml)
-- ${aigw_dir}/: https://github.com/${aigw_repo} tag ${aigw_tag}, ${aigw_path}/
-EOF
-fi
+mv "${staging}/SHA256SUMS" "${out}/SHA256SUMS"
+{
+  echo "# Upstream CRD schemas (fetched by scripts/fetch-crds.sh)"
+  echo
+  echo "- ${eg_dir}/: https://github.com/${eg_repo} tag ${eg_tag}, ${eg_path}/"
+  echo "- ${aigw_dir}/: https://github.com/${aigw_repo} tag ${aigw_tag}, ${aigw_path}/"
+  echo "- SHA256SUMS: what was fetched"
+} >"${out}/README.md"
 
 echo
 echo "fetch-crds: wrote ${#files[@]} CRD files to ${out}"

@@ -79,9 +79,18 @@ def test_release_versions_follow_config():
 
 def test_agent_router_knows_where_envoy_gateway_runs_the_proxies():
     assert pv.agent_router_values(settings()) == {
-        "controller": {"fullnameOverride": "ai-gateway-controller"},
+        "controller": {"fullnameOverride": "ai-gateway-controller", "maxRecvMsgSize": "16777216"},
         "envoyGateway": {"namespace": "envoy-gateway-system"},
     }
+
+
+@pytest.mark.parametrize(("limit", "size"), [("16Mi", "16777216"), ("40M", "40000000"), ("8388608", "8388608")])
+def test_both_ends_of_the_extension_server_get_the_same_message_cap(limit, size):
+    """Envoy Gateway extensionManager.maxMessageSize (v1.9.0 internal/extension/grpc.go: send and receive) and
+    Agent Router controller.maxRecvMsgSize (ai-gateway v1.1.0 cmd/controller/main.go), issue 10 defect 10."""
+    stack = settings(platform={"extensionMessageLimit": limit})
+    assert pv.envoy_gateway_config(stack)["extensionManager"]["maxMessageSize"] == limit
+    assert pv.agent_router_values(stack)["controller"]["maxRecvMsgSize"] == size
 
 
 # --- Envoy Gateway values ---------------------------------------------------------------------------------

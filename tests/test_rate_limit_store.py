@@ -354,3 +354,30 @@ def test_external_password_in_plain_text_is_refused():
     message = str(error.value)
     assert "agent-budgets:redisPassword must be set as a secret" in message
     assert EXTERNAL_PASSWORD not in message
+
+
+def test_external_sentinel_password_and_private_ca_reach_envoy_ratelimit_s_namespace():
+    """REDIS_SENTINEL_AUTH from its own secret config key, REDIS_TLS_CACERT from a ConfigMap (issue 10, defect 11)."""
+    pem = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"
+    redis = settings_with(
+        redis={
+            "mode": "external",
+            "type": "sentinel",
+            "url": "mymaster,sentinel-0.example:26379",
+            "tls": True,
+            "tlsCaCertificate": pem,
+            "sentinelPasswordConfig": "redisSentinelPassword",
+        }
+    ).redis
+    store, monitor, _ = run_under_mocks(
+        build_store(redis), secrets={"redisPassword": EXTERNAL_PASSWORD, "redisSentinelPassword": "s3ntinel-pw"}
+    )
+    secret = monitor.one("Secret")
+    assert sorted(secret_strings(secret.inputs["stringData"])) == sorted([EXTERNAL_PASSWORD, "s3ntinel-pw"])
+    assert set(secret.inputs["stringData"]["value"]) == {"password", "sentinelPassword"}  # wrapped as a secret
+    for registration in monitor.registrations:
+        assert "s3ntinel-pw" not in " ".join(plain_strings(registration.inputs))
+    ca = monitor.one("ConfigMap")
+    assert (ca.object_name, ca.object_namespace) == ("envoy-ratelimit-redis-ca", "envoy-gateway-system")
+    assert ca.inputs["data"] == {"ca.crt": pem}
+    assert store.ready == (store.client_secret, store.client_ca)

@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         with live_env(settings) as env:
             return run(env, args.calls, args.warmup, args.chunk, args.actor or settings.demo_actors[0])
     except StackUnavailableError as exc:
-        print(f"bench-e2e skipped: no live dev stack ({exc}); run `make up` first")
-        return 0
+        # Only ever run live (`make bench-e2e`): no stack is a failure with its reason, never a pass.
+        print(f"bench-e2e failed: no live dev stack: {exc}. Run `make up` first", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

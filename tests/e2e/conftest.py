@@ -1,6 +1,7 @@
 """End-to-end checks against the live dev stack (`make e2e`; never part of the unit run).
 
-The whole folder is skipped, with the reason, when there is no reachable dev stack: the kube context
+`make e2e` fails, naming the reason, when there is no reachable dev stack (a bare `pytest tests/e2e`
+skips instead): the kube context
 kind-agent-budgets, its API server, the gateway Service agent-router, Substrate's ingress, the
 rate-limit Redis, build/bin/kubectl-ate, and a probe agent answering in each demo actor through
 atenet-router. Each check prints PASS or FAIL with its evidence; the summary repeats them at the end.
@@ -8,6 +9,7 @@ atenet-router. Each check prints PASS or FAIL with its evidence; the summary rep
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.e2e.e2elib.checks import TITLES
 from tests.e2e.e2elib.config import load_settings
-from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, live_env
+from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, live_env, unavailable_outcome
 from tests.e2e.e2elib.verdict import Verdict, reporting
 
 VERDICTS: list[Verdict] = []
@@ -28,7 +30,10 @@ def env() -> Iterator[LiveEnv]:
         with live_env(settings) as live:
             yield live
     except StackUnavailableError as exc:
-        pytest.skip(f"no live dev stack ({exc}); run `make up` first, then `make e2e`")
+        outcome, message = unavailable_outcome(str(exc), os.environ)
+        if outcome == "fail":  # `make e2e`: a run with no stack must not pass
+            pytest.exit(message, returncode=1)
+        pytest.skip(message)
 
 
 @pytest.fixture

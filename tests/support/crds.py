@@ -155,6 +155,42 @@ class CelStats:
 CEL_STATS = CelStats()
 
 
+CRD_PROJECTS = {"envoy-gateway": "Envoy Gateway", "ai-gateway": "Agent Router"}
+_VERSION_DIR = re.compile(r"^(envoy-gateway|ai-gateway)-(v\d+\.\d+\.\d+\S*)$")
+
+
+def crd_versions(root: Path) -> dict[str, list[str]]:
+    """Which upstream versions the CRD folder holds, from its `<project>-<tag>` folder names
+    (scripts/fetch-crds.sh and the shared copy name them that way)."""
+    found: dict[str, list[str]] = {name: [] for name in CRD_PROJECTS.values()}
+    if root.is_dir():
+        for child in sorted(root.iterdir()):
+            match = _VERSION_DIR.match(child.name)
+            if match and child.is_dir():
+                found[CRD_PROJECTS[match.group(1)]].append(match.group(2))
+    return found
+
+
+def deployed_versions() -> dict[str, str]:
+    """The versions the program deploys by default (core.settings.PlatformSettings)."""
+    from core.settings import PlatformSettings
+
+    platform = PlatformSettings()
+    return {"Envoy Gateway": platform.envoy_gateway_version, "Agent Router": platform.agent_router_version}
+
+
+def versions_line(validated: Mapping[str, list[str]], deployed: Mapping[str, str]) -> str:
+    """Name the versions the schemas came from, and say so when the program deploys others."""
+    named = " and ".join(f"{project} {', '.join(tags) or '(unknown version)'}" for project, tags in validated.items())
+    differ = [f"{project} {tag}" for project, tag in deployed.items() if [tag] != list(validated.get(project, []))]
+    if not differ:
+        return f"CRD versions: validated against {named}, the versions the program deploys by default"
+    return (
+        f"CRD versions: validated against {named}; the program deploys {' and '.join(differ)} by default, whose "
+        f"CRDs were not used here (`make crds` fetches them; then export {ENV_VAR}=.crds)"
+    )
+
+
 def summary_lines() -> list[str]:
     """Lines for the pytest terminal summary; empty when no object was validated this session."""
     s = CEL_STATS
@@ -163,7 +199,8 @@ def summary_lines() -> list[str]:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.kinds.items()))
     lines = [
         f"CRD schema: {s.objects} objects validated ({kinds}); CEL rules: {s.evaluated} evaluated, "
-        f"{s.unsupported} could not be evaluated (unsupported), {s.skipped_transition} transition rules skipped"
+        f"{s.unsupported} could not be evaluated (unsupported), {s.skipped_transition} transition rules skipped",
+        versions_line(crd_versions(crd_root()), deployed_versions()),
     ]
     for rule, reason in sorted(s.unsupported_rules.items()):
         lines.append(f"  unsupported CEL rule: {_shorten(rule, 200)} -- {reason}")

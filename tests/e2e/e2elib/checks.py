@@ -19,12 +19,19 @@ TITLES: dict[int, str] = {
     1: "Actor A and actor B each complete a call; tokens are metered per actor",
     2: "Actor A sends x-actor-id: actor/agents/actor-b and is still charged as actor A",
     3: "Actor A's 4th call gets 429 (500 tokens/day, 200 per call); actor B still gets 200",
-    4: "An actor with no egress rule for Agent Router cannot reach it; nothing reaches Agent Router",
+    4: "An actor with no egress rule for Agent Router cannot reach it (one with a rule can); nothing reaches it",
     5: "A caller that is not an actor, sending no token, a forged JWT or a bare x-actor-id, gets 401",
     6: "A streamed call that did not ask for usage is charged when the stream ends",
     7: "Two model routes charge one bucket per actor (shared: true)",
     8: "With a class giving actor-b 5,000 tokens, actor-b is held to its own limit and actor-a to the default",
+    9: "A Redis restart keeps spent budgets: actor-a's counter and its 429 boundary are unchanged",
+    10: "With the rate-limit store unreachable, the fail-open stack admits a call and fail-closed refuses it",
 }
+
+FAIL_CLOSED_STATUS = 500
+"""Envoy's rate-limit filter with failure_mode_deny answers 500 when the rate-limit service errors
+(Envoy Gateway `rateLimit.failClosed`, reference: envoyproxy/gateway v1.9.0 api/v1alpha1/envoygateway_types.go
+and internal/xds/translator/ratelimit.go `FailureModeDeny`)."""
 
 
 def admitted_calls(limit: int, per_call: int) -> int:
@@ -155,10 +162,34 @@ def blocked(call: Call) -> bool:
     return call.status is None or call.status == 403
 
 
+GATEWAY_ANSWERS = (200, 401, 429)
+"""What only the gateway answers a by-name model call from inside a sandbox: served, refused for its
+token, or over budget. An egress deny (403) or no answer at all is not the gateway."""
+
+
 def judge_no_egress(
-    v: Verdict, actor: str, by_name: Call, by_ip: Call, service_ip: str, arrived: int, control_arrived: int
+    v: Verdict,
+    actor: str,
+    by_name: Call,
+    by_ip: Call,
+    service_ip: str,
+    arrived: int,
+    control_arrived: int,
+    control_actor: str,
+    control_call: Call,
 ) -> None:
     who = short_name(actor)
+    control_who = short_name(control_actor)
+    v.note(
+        f"positive control: {control_who} (with an egress rule) calling agent-router by name: "
+        f"{describe_outcome(control_call)}"
+    )
+    v.expect(
+        control_call.status in GATEWAY_ANSWERS,
+        f"positive control: {control_who}, which has an egress rule, got {describe_outcome(control_call)} by name, "
+        f"not an answer from the gateway ({'/'.join(map(str, GATEWAY_ANSWERS))}): the sandbox network is broken for "
+        "every actor, so the blocked calls below prove nothing",
+    )
     v.note(f"{who} calling agent-router by name: {describe_outcome(by_name)}")
     v.note(f"{who} calling the Service IP {service_ip}: {describe_outcome(by_ip)}")
     v.note(
@@ -259,3 +290,52 @@ def judge_class(
         v.note(line)
     _expect_admitted_then_429(v, member, member_calls, admitted_calls(class_limit, per_call), per_call)
     _expect_admitted_then_429(v, caller, caller_calls, admitted_calls(default_limit, per_call), per_call)
+
+
+# --- 9 -------------------------------------------------------------------------------------------
+
+
+def judge_redis_restart(
+    v: Verdict,
+    actor: str,
+    restart: str,
+    before: CounterReading,
+    after: CounterReading,
+    calls_after: Sequence[Call],
+    limit: int,
+    per_call: int,
+) -> None:
+    """Spent before the restart, the same keys and values after it, and the same boundary: the calls the
+    remaining budget admits, then 429."""
+    who = short_name(actor)
+    v.note(f"before the restart: {who} {len(before.keys)} counter key(s), total {before.total}")
+    v.note(restart)
+    v.note(f"after the restart: {who} {len(after.keys)} counter key(s), total {after.total}")
+    for line in run_lines(actor, calls_after, first=len(calls_after), last=0):
+        v.note(line)
+    v.expect(before.total > 0, f"{who} had spent nothing before the restart, so the check proves nothing")
+    v.expect_equal(f"{who}'s counter keys and values after the restart", after.keys, before.keys)
+    remaining = admitted_calls(limit, per_call) - before.total // per_call
+    _expect_admitted_then_429(v, actor, calls_after, remaining, per_call)
+
+
+# --- 10 ------------------------------------------------------------------------------------------
+
+
+def judge_fail_mode(
+    v: Verdict, actor: str, outage: str, dev_fail_closed: bool, open_call: Call, closed_call: Call, restored: str
+) -> None:
+    """Fail-open (the dev stack) admits a call with the store down; with failClosed applied, the same call
+    gets the documented error; the stack is put back afterwards."""
+    who = short_name(actor)
+    v.note(outage)
+    v.note(f"dev stack (rateLimit.failClosed: {str(dev_fail_closed).lower()}): {who} {format_call(open_call)}")
+    v.note(f"with rateLimit.failClosed: true applied: {who} {describe_outcome(closed_call)}")
+    v.note(restored)
+    v.expect(not dev_fail_closed, "the dev stack is configured fail-closed, so its fail-open half proves nothing")
+    _expect_ok(v, f"{who}'s call with the store down (fail-open)", open_call)
+    v.expect(
+        closed_call.status == FAIL_CLOSED_STATUS,
+        f"{who}'s call with the store down (fail-closed): expected HTTP {FAIL_CLOSED_STATUS}, "
+        f"got {describe_outcome(closed_call)}",
+    )

@@ -1,4 +1,5 @@
-"""Names and pinned values of the dev stack: scripts/versions.env plus the Pulumi program's fixed names."""
+"""Names and values of the dev stack: scripts/versions.env, the Pulumi program's fixed names, and the stack's
+own configuration (Pulumi.<stack>.yaml, validated like the program validates it)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from core import platform_values as platform
 from core.manifests import BUDGET_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
     GATEWAY_SERVICE_NAME,
+    PROJECT,
+    SECRET_PLACEHOLDER,
     GatewaySettings,
     RedisSettings,
+    StackSettings,
     SubstrateSettings,
 )
+from core.validation import parse_settings
 
 _GATEWAY = GatewaySettings()
+_DEFAULT_STACK = StackSettings.model_validate({"budgets": {"default": {"tokens": 1, "per": "Day"}}})
 _REDIS = RedisSettings()
 _SUBSTRATE = SubstrateSettings()
 
@@ -68,16 +76,20 @@ class Settings:
     policy_namespace: str = _GATEWAY.namespace
     policy_name: str = BUDGET_POLICY_NAME
     redis_namespace: str = _REDIS.namespace
+    redis_statefulset: str = platform.REDIS_NAME
     redis_pod: str = f"{platform.REDIS_NAME}-0"
     redis_secret: str = platform.REDIS_AUTH_SECRET
     redis_secret_key: str = platform.PASSWORD_KEY
     mock_namespace: str = _GATEWAY.namespace
     mock_service: str = MOCK_MODEL_NAME
     mock_port: int = MOCK_MODEL_PORT
-    models: tuple[str, ...] = ("mock-small", "mock-large")
-    tokens_per_call: int = 200
-    default_tokens: int = 500
+    # From Pulumi.<stack>.yaml and the mock's settings (load_settings): never restated here. The defaults are
+    # the program's own (one model route on the mock, its token count, no budget yet).
+    models: tuple[str, ...] = tuple(_DEFAULT_STACK.routes[0].models)
+    tokens_per_call: int = _DEFAULT_STACK.mock_model.total_tokens
+    default_tokens: int = 0
     default_per: str = "Day"
+    fail_closed: bool = _DEFAULT_STACK.rate_limit.fail_closed
     # Substrate.
     issuer: str = _SUBSTRATE.issuer
     audience: str = _SUBSTRATE.audience
@@ -107,7 +119,39 @@ class Settings:
         return f"{self.atespace}/{actor}"
 
 
-def settings_from_env(values: dict[str, str], root: Path = ROOT) -> Settings:
+def read_stack_file(text: str, project: str = PROJECT) -> StackSettings:
+    """The stack's validated settings from the text of `Pulumi.<stack>.yaml`, the way the program reads them.
+
+    The checks take models, budgets and flags from here instead of restating them; issues that add live
+    checks reuse it. Secret values (`secure:` entries) only need to be present: validation never reads them.
+    """
+    document = yaml.safe_load(text) or {}
+    config = document.get("config") or {}
+    prefix = f"{project}:"
+    raw: dict[str, object] = {}
+    for key, value in config.items():
+        if not str(key).startswith(prefix):
+            continue
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            value = SECRET_PLACEHOLDER
+        raw[str(key).removeprefix(prefix)] = value
+    return parse_settings(raw)
+
+
+def stack_values(stack: StackSettings) -> dict[str, object]:
+    """What the checks need from the stack's settings: every model name, the mock's tokens per call, the
+    default budget and the fail mode."""
+    default = stack.budgets.default
+    return {
+        "models": tuple(model for route in stack.routes for model in route.models),
+        "tokens_per_call": stack.mock_model.total_tokens,
+        "default_tokens": default.tokens,
+        "default_per": default.per,
+        "fail_closed": stack.rate_limit.fail_closed,
+    }
+
+
+def settings_from_env(values: dict[str, str], root: Path = ROOT, stack: StackSettings | None = None) -> Settings:
     defaults = Settings(root=root)
     repo = values.get("PROBE_IMAGE_REPO", "localhost:5001/agent-budgets-probe")
     tag = values.get("PROBE_IMAGE_TAG", "dev")
@@ -122,9 +166,14 @@ def settings_from_env(values: dict[str, str], root: Path = ROOT) -> Settings:
         probe_image=f"{repo}:{tag}",
         pulumi_stack=values.get("PULUMI_STACK", defaults.pulumi_stack),
         pulumi_passphrase=values.get("PULUMI_DEV_PASSPHRASE", defaults.pulumi_passphrase),
+        **(stack_values(stack) if stack is not None else {}),
     )
 
 
 def load_settings(root: Path = ROOT) -> Settings:
-    path = root / "scripts" / "versions.env"
-    return settings_from_env(parse_env_file(path.read_text(encoding="utf-8")), root)
+    """scripts/versions.env for names, Pulumi.<stack>.yaml (validated like the program does) for values."""
+    values = parse_env_file((root / "scripts" / "versions.env").read_text(encoding="utf-8"))
+    stack_name = values.get("PULUMI_STACK", Settings.pulumi_stack)
+    stack_file = root / f"Pulumi.{stack_name}.yaml"
+    stack = read_stack_file(stack_file.read_text(encoding="utf-8"))
+    return settings_from_env(values, root, stack)

@@ -16,12 +16,23 @@ from .httpcall import http_request
 from .kube import Ate, Kube, count_marker
 from .portforward import PortForward
 from .probe import Call, ProbeClient
-from .runner import Runner, SubprocessRunner
+from .runner import Runner, SubprocessRunner, check
 from .stack import StackConfig, preflight, probes_problem
 
 
 class StackUnavailableError(RuntimeError):
-    """No live dev stack: the checks are skipped with this reason."""
+    """No live dev stack: `make e2e` fails with this reason (a plain pytest run skips)."""
+
+
+REQUIRE_STACK_ENV = "AGENT_BUDGETS_E2E_REQUIRE_STACK"
+"""Set by `make e2e` and `make bench-e2e`: a missing stack is then a failure, never a skip."""
+
+
+def unavailable_outcome(reason: str, environ: Mapping[str, str]) -> tuple[str, str]:
+    """("fail" | "skip", message) for a run that found no live dev stack. Through make the run must fail
+    with the reason; a bare pytest run (a developer, the unit suite's collection) may skip."""
+    message = f"no live dev stack: {reason}. Run `make up` first, then `make e2e`"
+    return ("fail" if environ.get(REQUIRE_STACK_ENV) == "1" else "skip"), message
 
 
 @dataclass
@@ -104,6 +115,82 @@ class LiveEnv:
             raise RuntimeError(f"BackendTrafficPolicy {s.policy_namespace}/{s.policy_name} is not Accepted")
         self.kube.rollout_restart(s.gateway_namespace, s.ratelimit_deployment)
         time.sleep(3.0)
+
+    def settle_gateway(self) -> None:
+        """After `pulumi up` changed Envoy Gateway's own configuration (e.g. rateLimit.failClosed): the eg
+        release rolls envoy-gateway (our config checksum annotation); wait for it, then give the new
+        translation a moment to reach Envoy."""
+        s = self.settings
+        check(
+            self.kube.run(
+                "-n",
+                s.gateway_namespace,
+                "rollout",
+                "status",
+                "deployment/envoy-gateway",
+                "--timeout=300s",
+                timeout=330,
+            ),
+            "rollout status deployment/envoy-gateway",
+        )
+        time.sleep(10.0)
+
+    # --- the rate-limit store (checks 9 and 10) ------------------------------------------------------------
+
+    def _redis_ready(self, timeout: float) -> None:
+        s = self.settings
+        check(
+            self.kube.run(
+                "-n",
+                s.redis_namespace,
+                "wait",
+                "--for=condition=Ready",
+                f"pod/{s.redis_pod}",
+                f"--timeout={int(timeout)}s",
+                timeout=timeout + 30,
+            ),
+            f"waiting for pod {s.redis_namespace}/{s.redis_pod} to be Ready",
+        )
+        self.counters.totals([])  # redis-cli PING with the password: the store answers again
+
+    def restart_redis(self, timeout: float = 300.0) -> str:
+        """Deletes the Redis pod (a graceful stop: Redis flushes its append-only file) and waits until the
+        StatefulSet has brought it back and it answers."""
+        s = self.settings
+        check(
+            self.kube.run("-n", s.redis_namespace, "delete", "pod", s.redis_pod, "--wait=true", timeout=timeout),
+            f"deleting pod {s.redis_namespace}/{s.redis_pod}",
+        )
+        self._redis_ready(timeout)
+        return f"deleted pod {s.redis_namespace}/{s.redis_pod}; the StatefulSet brought it back and it answers PING"
+
+    @contextmanager
+    def redis_unreachable(self, timeout: float = 300.0) -> Iterator[str]:
+        """The rate-limit store down: the Redis StatefulSet scaled to 0 (its volume kept); scaled back to 1 and
+        waited for afterwards, also when the body fails."""
+        s = self.settings
+        statefulset = f"statefulset/{s.redis_statefulset}"
+        check(self.kube.run("-n", s.redis_namespace, "scale", statefulset, "--replicas=0"), f"scale {statefulset} to 0")
+        try:
+            check(
+                self.kube.run(
+                    "-n",
+                    s.redis_namespace,
+                    "wait",
+                    "--for=delete",
+                    f"pod/{s.redis_pod}",
+                    f"--timeout={int(timeout)}s",
+                    timeout=timeout + 30,
+                ),
+                f"waiting for pod {s.redis_pod} to go",
+            )
+            yield f"scaled {s.redis_namespace}/{statefulset} to 0 replicas (its volume is kept)"
+        finally:
+            check(
+                self.kube.run("-n", s.redis_namespace, "scale", statefulset, "--replicas=1"),
+                f"scale {statefulset} to 1",
+            )
+            self._redis_ready(timeout)
 
 
 def new_marker() -> str:

@@ -182,3 +182,27 @@ def budget_class(
         stack.restore(original, snapshot)
         stack.up()
         settle()
+
+
+@contextmanager
+def config_override(
+    stack: StackConfig, path: str, value: str, settle: Callable[[], None], log: Callable[[str], None] = print
+) -> Iterator[None]:
+    """Sets one stack-config leaf (`pulumi config set --path`) and runs `pulumi up`; afterwards puts the stack
+    file back byte for byte (or removes the leaf when there was no file) and runs `pulumi up` again, also
+    when the body fails."""
+    snapshot = stack.snapshot()
+    log(f"stack config: {path} = {value}; pulumi up")
+    try:
+        stack.set_path(path, value)
+        stack.up()
+        settle()
+        yield
+    finally:
+        log(f"stack config: restoring {path}; pulumi up")
+        if snapshot is not None:
+            stack.stack_file.write_bytes(snapshot)
+        else:
+            check(stack.pulumi("config", "rm", "--path", path), f"pulumi config rm --path {path}")
+        stack.up()
+        settle()

@@ -1,0 +1,55 @@
+"""Which CRD versions the schema tests validated against, named honestly (issue 10, defect 8).
+
+The shared CRDs are pinned at Envoy Gateway v1.9.0 and Agent Router v1.1.0 (read-only); the program deploys
+v1.9.3 and v1.2.1 by default. `make crds` fetches the deployed versions (scripts/fetch-crds.sh, versions
+from scripts/deployed_versions.py); the test summary names what was validated and whether it differs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from core.settings import PlatformSettings
+from tests.support.crds import crd_versions, deployed_versions, versions_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_fetch_script_reads_the_deployed_versions_from_the_settings():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "deployed_versions.py")], capture_output=True, text=True, check=True
+    )
+    platform = PlatformSettings()
+    assert done.stdout.split() == [
+        f"ENVOY_GATEWAY_VERSION={platform.envoy_gateway_version}",
+        f"AGENT_ROUTER_VERSION={platform.agent_router_version}",
+    ]
+    script = (ROOT / "scripts" / "fetch-crds.sh").read_text()
+    assert 'python3 "${repo_root}/scripts/deployed_versions.py"' in script
+    assert 'eg_tag="${EG_VERSION:-${eg_default}}"' in script and 'aigw_tag="${AR_VERSION:-${ar_default}}"' in script
+
+
+def test_recorded_checksums_cover_the_shared_pinned_versions():
+    lines = (ROOT / "scripts" / "crds.sha256").read_text().splitlines()
+    assert len(lines) == 10
+    assert all("@v1.9.0/" in line or "@v1.1.0/" in line for line in lines)
+
+
+def test_versions_are_read_from_the_folder_names(tmp_path):
+    for name in ("envoy-gateway-v1.9.0", "ai-gateway-v1.1.0", ".fetch.x", "README.md-dir"):
+        (tmp_path / name).mkdir()
+    assert crd_versions(tmp_path) == {"Envoy Gateway": ["v1.9.0"], "Agent Router": ["v1.1.0"]}
+
+
+def test_the_summary_says_when_the_validated_versions_differ_from_the_deployed_ones():
+    shared = {"Envoy Gateway": ["v1.9.0"], "Agent Router": ["v1.1.0"]}
+    line = versions_line(shared, {"Envoy Gateway": "v1.9.3", "Agent Router": "v1.2.1"})
+    assert line == (
+        "CRD versions: validated against Envoy Gateway v1.9.0 and Agent Router v1.1.0; the program deploys "
+        "Envoy Gateway v1.9.3 and Agent Router v1.2.1 by default, whose CRDs were not used here (`make crds` "
+        "fetches them; then export AGENT_BUDGETS_CRDS=.crds)"
+    )
+    same = versions_line({"Envoy Gateway": ["v1.9.3"], "Agent Router": ["v1.2.1"]}, deployed_versions())
+    assert same.endswith("Agent Router v1.2.1, the versions the program deploys by default")
