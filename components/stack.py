@@ -98,7 +98,9 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
     outputs: dict[str, Any] = {
         "gatewayUrl": f"http://{gateway.hostname}:{settings.gateway.port}",
         "actors": len(settings.actors),
+        # One entry per limit: its budget, unit (tokens or usd), amount, window (per) and rule index.
         "budgetRules": rules.summary(),
+        "suspended": sorted(settings.suspended),
         "routes": {route.name: route.models for route in settings.routes},
         "redisMode": settings.redis.mode,
         "failClosed": settings.rate_limit.fail_closed,

@@ -1,33 +1,48 @@
 """Compile `agent-budgets:budgets` into the rules of the one BackendTrafficPolicy that holds every budget.
 
-Pure functions over plain data. The layout is chosen so that counters survive configuration edits:
+Pure functions over plain data. Every limit of every budget is one rate-limit rule; Envoy Gateway applies
+every rule whose selectors match, so an actor's request is refused as soon as any of its limits is spent,
+and each response charges all of them. The layout is chosen so that counters survive configuration edits:
 
 * Envoy's rate-limit service keys a counter by the policy, the rule index and every descriptor entry of
   the rule (`rule-<k>-match-<m>`), plus the actor id for the Distinct match. Regular-expression values are
   not part of the key; the number of matches in a rule is.
-* Rule 0 is the default budget: Distinct on `x-actor-id` followed by a fixed number of inverted regular
-  expressions ("exclusion slots") that exclude every class member. Members are packed into the slots;
-  unused slots hold a pattern that matches nothing. The slot count never depends on the classes, so
-  adding or moving a class member leaves every default counter key unchanged.
-* Rule k (k >= 1) is class k-1 in config order: Distinct plus one regular expression that admits exactly
-  its actors. Appending a class appends a rule; classes are append-only (retire one by emptying it).
+* Rules come in blocks of `limitSlots` (budgetPolicy.limitSlots, default 1): budget b (0 = the default,
+  k = class k-1 in config order) owns rule indexes b*limitSlots .. b*limitSlots + limitSlots - 1, and its
+  j-th limit is rule b*limitSlots + j. Appending a class appends a block; appending a limit fills the next
+  slot of its own block; neither moves any other rule. A slot without a limit (before the last real rule)
+  holds a reserved rule that matches no actor. With limitSlots 1 this is exactly the single-limit layout
+  of earlier versions, so existing stacks keep their counters.
+* Every rule of the default budget has Distinct on `x-actor-id` followed by a fixed number of inverted
+  regular expressions ("exclusion slots") that exclude every class member. Members are packed into the
+  slots; unused slots hold a pattern that matches nothing. The slot count never depends on the classes,
+  so adding or moving a class member leaves every default counter key unchanged.
+* Every rule of a class has Distinct plus one regular expression that admits exactly its actors.
+* A `usd` limit's rule carries one more, always-true match (an inverted pattern that matches nothing), so
+  a tokens counter and a usd counter never share a Redis key: changing a limit between tokens and usd in
+  place starts that limit afresh instead of reading tokens as mills.
 * Every rule is `shared: true` (one bucket per actor across all model routes), costs nothing on the
-  request and charges the response's `llm_total_token` reported by Agent Router.
+  request and charges the response: `llm_total_token` for a tokens limit, the call's price in mills
+  (`agent_budgets_usd_mills`, see core/money.py) for a usd limit, both reported by Agent Router.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal
 
+from core.money import MILLS_PER_USD, USD_METADATA_KEY, mills_to_usd
 from core.problems import PROJECT, ConfigError, Problem
-from core.settings import BudgetsConfig, Limit
+from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig
 
 ACTOR_HEADER = "x-actor-id"
 SUBJECT_PREFIX = "actor/"
 COST_METADATA_NAMESPACE = "io.envoy.ai_gateway"
 COST_METADATA_KEY = "llm_total_token"
+METADATA_KEYS: dict[str, str] = {"tokens": COST_METADATA_KEY, "usd": USD_METADATA_KEY}
+"""The dynamic-metadata key a limit's rule charges, by the limit's unit."""
 
 # Envoy Gateway v1.9.0 caps (api/v1alpha1/ratelimit_types.go).
 MAX_RULES = 256
@@ -35,11 +50,19 @@ MAX_SELECTORS = 8
 MAX_HEADERS_PER_SELECTOR = 128
 MAX_VALUE_LENGTH = 1024
 MAX_EXCLUSION_SLOTS = MAX_SELECTORS * MAX_HEADERS_PER_SELECTOR - 1
+MAX_LIMIT_SLOTS = MAX_LIMITS_PER_BUDGET
+"""The most limits one budget may have (budgetPolicy.limitSlots)."""
+LIMIT_SLOTS_ANNOTATION = "agent-budgets.dev/limit-slots"
+"""On the budget policy: its budgetPolicy.limitSlots, so a reader can tell which rules form one budget."""
+RESERVED_LIMIT = {"requests": 4_294_967_295, "unit": "Year"}
+"""A reserved slot's limit: it matches nobody, and would never refuse anyone if it did."""
 
 # Matches no string at all: `$` is the end of the text, so nothing can follow it.
 MATCHES_NOTHING = "^$."
 
 _RE2_LITERAL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-/ ")
+
+Unit = Literal["tokens", "usd"]
 
 
 def actor_subject(actor_id: str) -> str:
@@ -110,14 +133,76 @@ def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) ->
 
 
 @dataclass(frozen=True)
+class LimitSpec:
+    """One limit of a budget, as plain data: `amount` tokens (int) or dollars (Decimal) per `per` window."""
+
+    unit: Unit
+    amount: int | Decimal
+    per: str
+
+    @property
+    def requests(self) -> int:
+        """The rule's limit in the counter's unit: tokens, or mills ($0.001) for usd."""
+        if self.unit == "usd":
+            return int(Decimal(self.amount) * MILLS_PER_USD)
+        return int(self.amount)
+
+    @property
+    def metadata_key(self) -> str:
+        """The Agent Router metadata key this limit's rule charges."""
+        return METADATA_KEYS[self.unit]
+
+    def describe(self) -> dict[str, Any]:
+        """Unit, amount and window, for stack outputs and reports."""
+        amount: int | float = float(self.amount) if self.unit == "usd" else int(self.amount)
+        return {"unit": self.unit, "amount": amount, "per": self.per}
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A budget as plain data: its limits (every one applies) and, for a class, its members.
+
+    `key` is the budget's configuration key (`budgets.default`, `budgets.classes[2]`) for messages.
+    """
+
+    name: str
+    limits: tuple[LimitSpec, ...]
+    actors: tuple[str, ...] = ()
+    key: str = ""
+
+
+@dataclass(frozen=True)
 class CompiledRule:
-    """One rate-limit rule and the bookkeeping tests, outputs and the policy pack read."""
+    """One rate-limit rule and the bookkeeping outputs, reports and the policy pack read."""
 
     index: int
-    purpose: str  # "default" or "class:<name>"
-    limit: Limit
+    budget: str  # "default", the class name, or "" for a reserved slot
+    budget_index: int  # 0 for the default, k for class k-1
+    limit_index: int  # position of the limit in its budget's list
+    limit: LimitSpec | None  # None for a reserved slot
     actors: tuple[str, ...]  # class members admitted (empty for the default rule)
     headers: tuple[dict[str, Any], ...]  # concatenated header matches, selector by selector
+
+    @property
+    def reserved(self) -> bool:
+        """A slot kept for a limit not configured yet: it matches no actor."""
+        return self.limit is None
+
+    @property
+    def purpose(self) -> str:
+        """`default`, `class:<name>` or `reserved`."""
+        if self.limit is None:
+            return "reserved"
+        return "default" if self.budget_index == 0 else f"class:{self.budget}"
+
+    @property
+    def unit(self) -> Unit | None:
+        """What the rule's counter counts: tokens, or usd in mills (None for a reserved slot)."""
+        return None if self.limit is None else self.limit.unit
+
+    def counter_amount(self, value: int) -> int | Decimal:
+        """A counter value of this rule in the limit's own unit: tokens, or dollars."""
+        return mills_to_usd(value) if self.unit == "usd" else value
 
     def to_spec(self) -> dict[str, Any]:
         """The rule as Envoy Gateway's BackendTrafficPolicy expects it (camelCase)."""
@@ -125,44 +210,72 @@ class CompiledRule:
             {"headers": list(self.headers[start : start + MAX_HEADERS_PER_SELECTOR])}
             for start in range(0, len(self.headers), MAX_HEADERS_PER_SELECTOR)
         ]
-        return {
-            "clientSelectors": selectors,
-            "limit": {"requests": self.limit.tokens, "unit": self.limit.per},
-            "shared": True,
-            "cost": {
-                "request": {"from": "Number", "number": 0},
-                "response": {
-                    "from": "Metadata",
-                    "metadata": {"namespace": COST_METADATA_NAMESPACE, "key": COST_METADATA_KEY},
-                },
+        spec: dict[str, Any] = {"clientSelectors": selectors}
+        if self.limit is None:
+            spec["limit"] = dict(RESERVED_LIMIT)
+            metadata_key = COST_METADATA_KEY
+        else:
+            spec["limit"] = {"requests": self.limit.requests, "unit": self.limit.per}
+            metadata_key = self.limit.metadata_key
+        spec["shared"] = True
+        spec["cost"] = {
+            "request": {"from": "Number", "number": 0},
+            "response": {
+                "from": "Metadata",
+                "metadata": {"namespace": COST_METADATA_NAMESPACE, "key": metadata_key},
             },
         }
+        if self.limit is None:
+            spec["shadowMode"] = True  # belt and braces: even a match could never refuse anyone
+        return spec
 
 
 @dataclass(frozen=True)
 class BudgetRules:
-    """The compiled policy: rules in index order, and where each class member landed."""
+    """The compiled policy: rules in index order, and where each budget and class member landed."""
 
     rules: tuple[CompiledRule, ...]
     exclusion_slots: int
     slots_used: int
-    rule_of_actor: dict[str, int] = field(default_factory=dict)
+    limit_slots: int = 1
+    class_of_actor: dict[str, int] = field(default_factory=dict)
+    """Each class member → its budget index (k for class k-1; the default, 0, holds everyone else)."""
 
     def specs(self) -> list[dict[str, Any]]:
-        """Every rule as a BackendTrafficPolicy rule, in index order."""
+        """Every rule as a BackendTrafficPolicy rule, in index order (reserved slots included)."""
         return [rule.to_spec() for rule in self.rules]
 
+    @property
+    def limit_rules(self) -> tuple[CompiledRule, ...]:
+        """The rules that hold a configured limit (no reserved slot)."""
+        return tuple(rule for rule in self.rules if not rule.reserved)
+
+    def rules_of_budget(self, budget_index: int) -> tuple[CompiledRule, ...]:
+        """The rules of one budget (0 for the default, k for class k-1), in limit order."""
+        return tuple(rule for rule in self.limit_rules if rule.budget_index == budget_index)
+
+    def rules_for_actor(self, actor_id: str) -> tuple[CompiledRule, ...]:
+        """Every rule that charges actor `<atespace>/<name>`: its class's limits, or the default's."""
+        return self.rules_of_budget(self.class_of_actor.get(actor_id, 0))
+
+    @property
+    def uses_usd(self) -> bool:
+        """Whether any limit is in dollars (so every route must report a call's price)."""
+        return any(rule.unit == "usd" for rule in self.rules)
+
     def summary(self) -> list[dict[str, Any]]:
-        """A small, secret-free description of the rules for stack outputs."""
+        """A small, secret-free description of every limit's rule for stack outputs."""
         return [
             {
                 "rule": rule.index,
                 "budget": rule.purpose,
-                "tokens": rule.limit.tokens,
-                "per": rule.limit.per,
+                "limit": rule.limit_index,
+                **rule.limit.describe(),
+                "requests": rule.limit.requests,
                 "members": len(rule.actors),
             }
-            for rule in self.rules
+            for rule in self.limit_rules
+            if rule.limit is not None
         ]
 
 
@@ -177,90 +290,179 @@ def _regex(value: str, invert: bool) -> dict[str, Any]:
     return match
 
 
-def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int) -> BudgetRules:
-    """Compile budgets into rules; raise ConfigError listing every Envoy Gateway cap they would break."""
+def _always() -> dict[str, Any]:
+    """A match every request with an `x-actor-id` passes: it adds one descriptor entry, nothing else."""
+    return _regex(MATCHES_NOTHING, invert=True)
+
+
+def _with_unit(headers: tuple[dict[str, Any], ...], limit: LimitSpec) -> tuple[dict[str, Any], ...]:
+    return (*headers, _always()) if limit.unit == "usd" else headers
+
+
+def _key(spec: BudgetSpec, fallback: str) -> str:
+    return spec.key or fallback
+
+
+def _layout_problems(
+    default: BudgetSpec, classes: Sequence[BudgetSpec], exclusion_slots: int, limit_slots: int
+) -> list[Problem]:
+    """Every reason the budgets cannot be laid out as rules within Envoy Gateway's caps."""
     problems: list[Problem] = []
     if not 1 <= exclusion_slots <= MAX_EXCLUSION_SLOTS:
-        raise ConfigError(
-            [
-                Problem(
-                    "budgetPolicy.exclusionSlots",
-                    f"is {exclusion_slots}: it must be between 1 and {MAX_EXCLUSION_SLOTS} ({MAX_SELECTORS} "
-                    f"selectors of {MAX_HEADERS_PER_SELECTOR} matches, minus the Distinct match)",
-                )
-            ]
+        problems.append(
+            Problem(
+                "budgetPolicy.exclusionSlots",
+                f"is {exclusion_slots}: it must be between 1 and {MAX_EXCLUSION_SLOTS} ({MAX_SELECTORS} selectors of "
+                f"{MAX_HEADERS_PER_SELECTOR} matches, minus the Distinct match)",
+            )
         )
-    if 1 + len(budgets.classes) > MAX_RULES:
+    if not 1 <= limit_slots <= MAX_LIMIT_SLOTS:
+        problems.append(
+            Problem("budgetPolicy.limitSlots", f"is {limit_slots}: it must be between 1 and {MAX_LIMIT_SLOTS}")
+        )
+        return problems
+    budgets = [default, *classes]
+    for position, budget in enumerate(budgets):
+        where = _key(budget, "budgets.default" if position == 0 else f"budgets.classes[{position - 1}]")
+        if not budget.limits:
+            problems.append(Problem(where, "has no limit: give it tokens (or usd) and per, or a non-empty limits list"))
+        elif len(budget.limits) > limit_slots:
+            problems.append(
+                Problem(
+                    f"{where}.limits",
+                    f"has {len(budget.limits)} limits but {PROJECT}:budgetPolicy.limitSlots is {limit_slots}: set "
+                    f"budgetPolicy.limitSlots to {len(budget.limits)} or more (up to {MAX_LIMIT_SLOTS}). Every budget "
+                    "rule but the default's first moves when it changes, so those counters restart once",
+                )
+            )
+    last_index = (len(budgets) - 1) * limit_slots + max(len(budgets[-1].limits), 1) - 1
+    if last_index >= MAX_RULES:
+        most = (MAX_RULES - 1) // limit_slots
         problems.append(
             Problem(
                 "budgets.classes",
-                f"has {len(budgets.classes)} classes: Envoy Gateway allows {MAX_RULES} rules in a policy, one of "
-                f"them the default, so at most {MAX_RULES - 1} classes. Merge classes that share tokens and per",
+                f"has {len(classes)} classes: with budgetPolicy.limitSlots {limit_slots} they need {last_index + 1} "
+                f"rate-limit rules, over Envoy Gateway's {MAX_RULES} per policy, so at most {most} classes fit. Merge "
+                "classes that share the same limits, or lower budgetPolicy.limitSlots",
             )
         )
-
-    class_rules: list[CompiledRule] = []
-    rule_of_actor: dict[str, int] = {}
-    for position, budget_class in enumerate(budgets.classes):
-        index = position + 1
+    for position, budget_class in enumerate(classes):
         pattern = actors_regex(budget_class.actors)
         if len(pattern) > MAX_VALUE_LENGTH:
             fitting = len(pack_actors(budget_class.actors)[0])
             problems.append(
                 Problem(
-                    f"budgets.classes[{position}].actors",
-                    f"class {budget_class.name!r}: matching its {len(budget_class.actors)} actors takes "
-                    f"{len(pattern)} characters, over Envoy Gateway's {MAX_VALUE_LENGTH} per match, and a rule "
-                    f"cannot admit actors through several matches. Keep about {fitting} actors in this class and "
-                    "append a new class with the same tokens and per for the rest",
+                    f"{_key(budget_class, f'budgets.classes[{position}]')}.actors",
+                    f"class {budget_class.name!r}: matching its {len(budget_class.actors)} actors takes {len(pattern)} "
+                    f"characters, over Envoy Gateway's {MAX_VALUE_LENGTH} per match, and a rule cannot admit actors "
+                    f"through several matches. Keep about {fitting} actors in this class and append a new class with "
+                    "the same limits for the rest",
                 )
             )
-        class_rules.append(
-            CompiledRule(
-                index=index,
-                purpose=f"class:{budget_class.name}",
-                limit=Limit(tokens=budget_class.tokens, per=budget_class.per),
-                actors=tuple(budget_class.actors),
-                headers=(_distinct(), _regex(pattern, invert=False)),
+    members = {actor for budget_class in classes for actor in budget_class.actors}
+    needed = len(pack_actors(members))
+    usd_default = any(limit.unit == "usd" for limit in default.limits)
+    capacity = MAX_EXCLUSION_SLOTS - (1 if usd_default else 0)
+    if usd_default and exclusion_slots == MAX_EXCLUSION_SLOTS:
+        problems.append(
+            Problem(
+                "budgetPolicy.exclusionSlots",
+                f"is {exclusion_slots}, but a usd limit on the default budget needs one more match in its rule: lower "
+                f"it to {capacity} (every default-budget bucket restarts once)",
             )
         )
-        for actor in budget_class.actors:
-            rule_of_actor[actor] = index
+    if needed > capacity:
+        problems.append(
+            Problem(
+                "budgets.classes",
+                f"excluding {len(members)} class members from the default budget needs {needed} matches, over Envoy "
+                f"Gateway's {capacity}. Use shorter actor names or fewer class members",
+            )
+        )
+    elif needed > exclusion_slots and 1 <= exclusion_slots <= MAX_EXCLUSION_SLOTS:
+        problems.append(
+            Problem(
+                "budgetPolicy.exclusionSlots",
+                f"is {exclusion_slots}, but excluding the {len(members)} class members from the default budget needs "
+                f"{needed}. Set {PROJECT}:budgetPolicy.exclusionSlots to {needed} or more (every default-budget bucket "
+                "restarts once when the slot count changes)",
+            )
+        )
+    return problems
 
-    chunks = pack_actors(rule_of_actor)
-    if len(chunks) > exclusion_slots:
-        needed = len(chunks)
-        if needed > MAX_EXCLUSION_SLOTS:
-            problems.append(
-                Problem(
-                    "budgets.classes",
-                    f"excluding {len(rule_of_actor)} class members from the default budget needs {needed} matches, "
-                    f"over Envoy Gateway's {MAX_EXCLUSION_SLOTS}. Use shorter actor names or fewer class members",
-                )
-            )
-        else:
-            problems.append(
-                Problem(
-                    "budgetPolicy.exclusionSlots",
-                    f"is {exclusion_slots}, but excluding the {len(rule_of_actor)} class members from the default "
-                    f"budget needs {needed}. Set {PROJECT}:budgetPolicy.exclusionSlots to {needed} or more (every "
-                    "default-budget bucket restarts once when the slot count changes)",
-                )
-            )
+
+def compile_rules(
+    default: BudgetSpec,
+    classes: Sequence[BudgetSpec],
+    exclusion_slots: int,
+    limit_slots: int = 1,
+) -> BudgetRules:
+    """Lay every limit of every budget out as rules; raise ConfigError listing every Envoy Gateway cap they
+    would break (each Problem names the key to change and how)."""
+    problems = _layout_problems(default, classes, exclusion_slots, limit_slots)
     if problems:
         raise ConfigError(problems)
+    budgets = [default, *classes]
+    last_index = (len(budgets) - 1) * limit_slots + len(budgets[-1].limits) - 1
+    class_headers: list[tuple[dict[str, Any], ...]] = []
+    class_of_actor: dict[str, int] = {}
+    for position, budget_class in enumerate(classes, start=1):
+        class_headers.append((_distinct(), _regex(actors_regex(budget_class.actors), invert=False)))
+        for actor in budget_class.actors:
+            class_of_actor[actor] = position
+    chunks = pack_actors(class_of_actor)
     slots = [_regex(actors_regex(chunk), invert=True) for chunk in chunks]
     slots += [_regex(MATCHES_NOTHING, invert=True) for _ in range(exclusion_slots - len(chunks))]
-    default_rule = CompiledRule(
-        index=0,
-        purpose="default",
-        limit=budgets.default,
-        actors=(),
-        headers=(_distinct(), *slots),
-    )
+    default_headers = (_distinct(), *slots)
+
+    rules: list[CompiledRule] = []
+    for position, budget in enumerate(budgets):
+        headers = default_headers if position == 0 else class_headers[position - 1]
+        actors = () if position == 0 else tuple(budget.actors)
+        name = "default" if position == 0 else budget.name
+        for slot in range(limit_slots):
+            index = position * limit_slots + slot
+            if index > last_index:
+                break
+            if slot < len(budget.limits):
+                limit = budget.limits[slot]
+                rules.append(CompiledRule(index, name, position, slot, limit, actors, _with_unit(headers, limit)))
+            else:
+                never = (_distinct(), _regex(MATCHES_NOTHING, invert=False))
+                rules.append(CompiledRule(index, "", position, slot, None, (), never))
     return BudgetRules(
-        rules=(default_rule, *class_rules),
+        rules=tuple(rules),
         exclusion_slots=exclusion_slots,
         slots_used=len(chunks),
-        rule_of_actor=rule_of_actor,
+        limit_slots=limit_slots,
+        class_of_actor=class_of_actor,
     )
+
+
+def budget_specs(budgets: BudgetsConfig) -> tuple[BudgetSpec, list[BudgetSpec]]:
+    """The validated `agent-budgets:budgets` as plain budget specs (default first, then classes)."""
+    default = BudgetSpec(
+        "default", tuple(_limit_spec(limit) for limit in budgets.default.limit_list()), (), "budgets.default"
+    )
+    classes = [
+        BudgetSpec(
+            c.name,
+            tuple(_limit_spec(limit) for limit in c.limit_list()),
+            tuple(c.actors),
+            f"budgets.classes[{i}]",
+        )
+        for i, c in enumerate(budgets.classes)
+    ]
+    return default, classes
+
+
+def _limit_spec(limit: Any) -> LimitSpec:
+    if limit.usd is not None:
+        return LimitSpec("usd", limit.usd, limit.per)
+    return LimitSpec("tokens", limit.tokens, limit.per)
+
+
+def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int, limit_slots: int = 1) -> BudgetRules:
+    """Compile the validated `agent-budgets:budgets` (see `compile_rules`)."""
+    default, classes = budget_specs(budgets)
+    return compile_rules(default, classes, exclusion_slots, limit_slots)

@@ -51,8 +51,12 @@ def field_at(parts: Sequence[str | int]) -> FieldInfo | None:
     """The field a key path (`("budgets", "classes", 0, "tokens")`) names, or None when it names none."""
     model: type[BaseModel] | None = StackSettings
     field: FieldInfo | None = None
+    map_key_next = False  # after a `dict[str, Model]` field (prices) comes a key the user chose
     for part in parts:
         if isinstance(part, int):
+            continue
+        if map_key_next:
+            map_key_next = False
             continue
         if model is None:
             return None
@@ -61,7 +65,14 @@ def field_at(parts: Sequence[str | int]) -> FieldInfo | None:
             return None
         field = model.model_fields[name]
         model = _inner_model(field.annotation)
+        map_key_next = _is_map(field.annotation)
     return field
+
+
+def _is_map(annotation: Any) -> bool:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return typing.get_origin(annotation) is dict
 
 
 def model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
@@ -196,7 +207,7 @@ def describe_field_error(error: ErrorDetails) -> Problem:
         return Problem(key, f"got a map where a list belongs: write it {_list_form(parts, value)}")
     if expected == "a list" and isinstance(value, str | int | float):
         return Problem(key, f"got a single value {short(value)}: write a list, e.g. {parts[-1]}: [{value}]")
-    if expected == "a map of settings" and not isinstance(value, Mapping):
+    if (expected == "a map of settings" or kind in {"model_type", "dict_type"}) and not isinstance(value, Mapping):
         return Problem(
             key, f"got {short(value)}: this key holds a map of settings (`key: value` lines indented below it)"
         )

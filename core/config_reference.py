@@ -13,6 +13,7 @@ import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -62,9 +63,14 @@ def type_text(annotation: Any) -> str:
         if isinstance(item, type) and issubclass(item, BaseModel):
             return "list of maps"
         return f"list of {type_text(item)}s"
+    if origin is dict:
+        value = _unwrap(typing.get_args(inner)[1])
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            return "map of maps"
+        return f"map of {type_text(value)}s"
     if isinstance(inner, type) and issubclass(inner, BaseModel):
         return "map"
-    return {int: "integer", str: "string", bool: "boolean", float: "number"}.get(inner, str(inner))
+    return {int: "integer", str: "string", bool: "boolean", float: "number", Decimal: "number"}.get(inner, str(inner))
 
 
 def _plain(item: Any) -> Any:
@@ -117,11 +123,17 @@ def _item_model(annotation: Any) -> type[BaseModel] | None:
     inner, _ = _optional_inner(annotation)
     if isinstance(inner, type) and issubclass(inner, BaseModel):
         return inner
-    if typing.get_origin(inner) is list:
-        item = _unwrap(typing.get_args(inner)[0])
+    if typing.get_origin(inner) in (list, dict):
+        item = _unwrap(typing.get_args(inner)[-1])
         if isinstance(item, type) and issubclass(item, BaseModel):
             return item
     return None
+
+
+def map_key_name(field: FieldInfo) -> str:
+    """How the reference names the keys of a map of sections: `prices.<model>.input`."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return str(extra.get("mapKey", "name"))
 
 
 def reference_rows(model: type[BaseModel] = StackSettings, prefix: str = "") -> Iterator[ReferenceRow]:
@@ -136,8 +148,13 @@ def reference_rows(model: type[BaseModel] = StackSettings, prefix: str = "") -> 
         yield ReferenceRow(key, type_text(field.annotation), default_cell(field), rule)
         inner = _item_model(field.annotation)
         if inner is not None:
-            is_list = typing.get_origin(_optional_inner(field.annotation)[0]) is list
-            yield from reference_rows(inner, f"{key}[]." if is_list else f"{key}.")
+            container = typing.get_origin(_optional_inner(field.annotation)[0])
+            if container is list:
+                yield from reference_rows(inner, f"{key}[].")
+            elif container is dict:
+                yield from reference_rows(inner, f"{key}.<{map_key_name(field)}>.")
+            else:
+                yield from reference_rows(inner, f"{key}.")
 
 
 def _cell(text: str) -> str:

@@ -170,6 +170,88 @@ def check_class_members(view: ConfigView) -> Iterator[Problem]:
                 owner[actor] = class_name
 
 
+def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
+    """Every suspended actor is in `actors`, listed once: a suspension names an actor the gateway knows."""
+    listed = view.strings("actors")
+    known = {actor for _, actor in listed} if listed is not None else None
+    seen: dict[str, int] = {}
+    for index, actor in view.strings("suspended") or []:
+        key = f"suspended[{index}]"
+        if known is not None and actor not in known:
+            yield Problem(
+                key,
+                f"{actor!r} is not in {PROJECT}:actors: only a listed actor can be suspended. Add it to actors, or "
+                "remove it here (an actor that is not listed has no egress policy and cannot call the gateway)",
+            )
+        if actor in seen:
+            yield Problem(key, f"{actor!r} is listed twice (also suspended[{seen[actor]}]): list it once")
+        else:
+            seen[actor] = index
+
+
+def _usd_limit_keys(view: ConfigView) -> list[str]:
+    """The keys of every `usd` limit the stack wrote (short form or long form), in order."""
+    keys: list[str] = []
+    budgets: list[tuple[str, Mapping[str, Any]]] = []
+    default = view.get("budgets", "default")
+    if isinstance(default, Mapping):
+        budgets.append(("budgets.default", default))
+    budgets += [(f"budgets.classes[{index}]", entry) for index, entry in view.entries("budgets", "classes")]
+    for where, budget in budgets:
+        if budget.get("usd") is not None:
+            keys.append(f"{where}.usd")
+        limits = budget.get("limits")
+        if isinstance(limits, list):
+            keys += [
+                f"{where}.limits[{index}].usd"
+                for index, limit in enumerate(limits)
+                if isinstance(limit, Mapping) and limit.get("usd") is not None
+            ]
+    return keys
+
+
+def _route_models(view: ConfigView) -> dict[str, str]:
+    """Every model a route serves → where (`routes[i].models[j]`)."""
+    served: dict[str, str] = {}
+    for index, _ in view.entries("routes"):
+        for model_index, model in view.strings("routes", index, "models") or []:
+            served.setdefault(model, f"routes[{index}].models[{model_index}]")
+    return served
+
+
+def check_route_models_priced(view: ConfigView) -> Iterator[Problem]:
+    """With any `usd` limit, every model a route serves has a price: an unpriced call would cost nothing."""
+    usd_keys = _usd_limit_keys(view)
+    prices = view.get("prices")
+    if not usd_keys or not isinstance(prices, Mapping):
+        return
+    for model, where in _route_models(view).items():
+        if model not in prices:
+            yield Problem(
+                "prices",
+                f"has no price for model {model!r} ({where}), but {usd_keys[0]} is a budget in dollars: calls to it "
+                f"would cost nothing. Add `{model}: {{input: <USD per 1M tokens>, output: <USD per 1M tokens>}}` "
+                f"under {PROJECT}:prices",
+            )
+
+
+def price_warnings(view: ConfigView) -> list[Problem]:
+    """Prices for models no route serves: accepted (a route may come later), but said in every preview."""
+    prices = view.get("prices")
+    if not isinstance(prices, Mapping) or not isinstance(view.get("routes"), list):
+        return []
+    served = _route_models(view)
+    return [
+        Problem(
+            f"prices.{model}",
+            f"no route serves model {model!r}, so this price is never used: check the spelling against "
+            f"{PROJECT}:routes[].models (the names agents send), or remove it",
+        )
+        for model in prices
+        if model not in served
+    ]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Providers and routes
 
@@ -362,6 +444,8 @@ CROSS_CHECKS: tuple[Check, ...] = (
     check_actors_listed_once,
     check_class_names_unique,
     check_class_members,
+    check_suspended_actors,
+    check_route_models_priced,
     check_providers,
     check_routes,
     check_extra_hostnames_reach_no_provider,

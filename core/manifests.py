@@ -11,7 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, BudgetRules
+from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, LIMIT_SLOTS_ANNOTATION, BudgetRules
+from core.money import route_cost_entry
 from core.settings import (
     GATEWAY_CONTROLLER_NAME,
     GATEWAY_SERVICE_NAME,
@@ -19,6 +20,7 @@ from core.settings import (
     Route,
     StackSettings,
 )
+from core.suspension import suspension_authorization, suspension_response_overrides
 
 GATEWAY_API = "gateway.networking.k8s.io"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io"
@@ -46,6 +48,7 @@ class Manifest:
     namespace: str | None
     spec: dict[str, Any]
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def resource_name(self) -> str:
@@ -55,6 +58,8 @@ class Manifest:
     def metadata(self) -> dict[str, Any]:
         """The object's metadata, with our labels."""
         meta: dict[str, Any] = {"name": self.name, "labels": {**common_labels(), **self.labels}}
+        if self.annotations:
+            meta["annotations"] = dict(self.annotations)
         if self.namespace:
             meta["namespace"] = self.namespace
         return meta
@@ -191,23 +196,36 @@ def jwt_policy_manifest(settings: StackSettings) -> Manifest:
         },
         "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
     }
+    spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "jwt": {"providers": [provider]}}
+    # The kill switch: suspended actors' tokens are refused before any model is called (core.suspension).
+    authorization = suspension_authorization(settings.suspended, JWT_PROVIDER_NAME)
+    if authorization is not None:
+        spec["authorization"] = authorization
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",
         "SecurityPolicy",
         JWT_POLICY_NAME,
         settings.gateway.namespace,
-        {"targetRefs": [_gateway_ref()], "jwt": {"providers": [provider]}},
+        spec,
     )
 
 
 def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manifest:
-    """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key."""
+    """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key.
+
+    With suspended actors it also gives their 403 a body that says so (core.suspension).
+    """
+    spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "rateLimit": {"global": {"rules": rules.specs()}}}
+    if settings.suspended:
+        spec["responseOverride"] = suspension_response_overrides()
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",
         "BackendTrafficPolicy",
         BUDGET_POLICY_NAME,
         settings.gateway.namespace,
-        {"targetRefs": [_gateway_ref()], "rateLimit": {"global": {"rules": rules.specs()}}},
+        spec,
+        # How many rules each budget owns: the policy pack groups the rules of one budget by it.
+        annotations={LIMIT_SLOTS_ANNOTATION: str(rules.limit_slots)},
     )
 
 
@@ -295,6 +313,12 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
     backend_ref: dict[str, Any] = {"name": route.provider}
     if route.model_name_override:
         backend_ref["modelNameOverride"] = route.model_name_override
+    # The budget rules charge these metadata keys at the end of every response or stream: the total
+    # tokens for tokens limits, and (when any limit is in dollars) the call's price in mills.
+    costs: list[dict[str, Any]] = [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
+    if settings.budgets.uses_usd:
+        prices = {model: settings.prices[model].to_price() for model in route.models}
+        costs.append(route_cost_entry(route.models, prices))
     return Manifest(
         "aigateway.envoyproxy.io/v1beta1",
         "AIGatewayRoute",
@@ -310,8 +334,7 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
                     "backendRefs": [backend_ref],
                 }
             ],
-            # The budget rules charge this metadata at the end of every response or stream.
-            "llmRequestCosts": [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}],
+            "llmRequestCosts": costs,
         },
     )
 

@@ -138,6 +138,145 @@ def envoy_listener_name(gateway_namespace: str, gateway: str, listener: str) -> 
     return f"{gateway_namespace}/{gateway}/{listener}"
 
 
+_Gate = tuple[str, str, str, bool]  # (lower-cased header, Exact or RegularExpression, value, invert)
+
+
+@dataclass(frozen=True)
+class _ModelRule:
+    index: int
+    requests: int
+    unit: str
+    domain: str
+    first_entry: tuple[str, str]
+    # Per header match, in order: its descriptor key (rule-<k>-match-<m>) and, for Distinct, the header
+    # whose value becomes the entry's value (None: the entry's value is its key).
+    entries: tuple[tuple[str, str | None], ...]
+    distinct_headers: frozenset[str]  # must all be present, or the rule sends no descriptor
+    gate_set: int  # index into PolicyModel.gate_sets: the value matches that must all pass
+
+
+class PolicyModel:
+    """One BackendTrafficPolicy's global rules, translated once, asked many times which rules apply.
+
+    A non-shared rule counts per Envoy route: its counter is keyed by the route's name in the listener's
+    domain, so the caller names both (`envoy_route_name`, `envoy_listener_name`); without them the model
+    raises ValueError rather than invent a key. Also raises ValueError when Envoy Gateway would reject
+    the policy at translation (see `translation_errors`).
+    """
+
+    def __init__(
+        self,
+        policy_namespace: str,
+        policy_name: str,
+        rules: Sequence[Mapping[str, Any]],
+        *,
+        route_name: str | None = None,
+        listener_name: str | None = None,
+    ) -> None:
+        errors = translation_errors(rules)
+        if errors:
+            raise ValueError(
+                f"Envoy Gateway rejects BackendTrafficPolicy {policy_namespace}/{policy_name} at translation, "
+                f"so the whole policy fails (its routes answer 500 and no rule applies): {'; '.join(errors)}"
+            )
+        unshared = [index for index, rule in enumerate(rules) if not bool(rule.get("shared", False))]
+        if unshared and (route_name is None or listener_name is None):
+            raise ValueError(
+                f"rule(s) {', '.join(map(str, unshared))} of BackendTrafficPolicy {policy_namespace}/{policy_name} "
+                "are not shared: Envoy Gateway keys their counters by the Envoy route name in the listener's domain, "
+                "so each route has its own bucket. Name the route and listener (route_name=, listener_name=) to ask "
+                "about one route, or make the rules shared: true"
+            )
+        compiled: list[_ModelRule] = []
+        gate_set_ids: dict[tuple[_Gate, ...], int] = {}
+        shared_seen = 0
+        unshared_seen = 0
+        for index, rule in enumerate(rules):
+            shared = bool(rule.get("shared", False))
+            domain_index = shared_seen if shared else unshared_seen
+            if shared:
+                shared_seen += 1
+                rule_name = f"{policy_namespace}/{policy_name}/rule/{index}"
+                first_entry = (rule_name, rule_name)
+                domain = f"{policy_namespace}/{policy_name}"
+            else:
+                assert route_name is not None and listener_name is not None  # checked above
+                unshared_seen += 1
+                first_entry = (route_name, route_name)
+                domain = listener_name
+            entries: list[tuple[str, str | None]] = []
+            distinct: set[str] = set()
+            gates: dict[_Gate, None] = {}
+            for position, match in enumerate(_header_matches(rule)):
+                header = str(match["name"]).lower()
+                kind = str(match.get("type") or "Exact")
+                key = f"rule-{domain_index}-match-{position}"
+                if kind == "Distinct":
+                    entries.append((key, header))
+                    distinct.add(header)
+                else:
+                    entries.append((key, None))
+                    gates[(header, kind, str(match.get("value", "")), bool(match.get("invert", False)))] = None
+            limit = rule.get("limit") or {}
+            gate_set = gate_set_ids.setdefault(tuple(gates), len(gate_set_ids))
+            compiled.append(
+                _ModelRule(
+                    index=index,
+                    requests=int(limit.get("requests", 0)),
+                    unit=str(limit.get("unit", "Second")),
+                    domain=domain,
+                    first_entry=first_entry,
+                    entries=tuple(entries),
+                    distinct_headers=frozenset(distinct),
+                    gate_set=gate_set,
+                )
+            )
+        self.rules: tuple[_ModelRule, ...] = tuple(compiled)
+        # Rules often share their value matches (every limit of one budget does): decide each set once.
+        self.gate_sets: tuple[tuple[_Gate, ...], ...] = tuple(gate_set_ids)
+
+    def applied(self, request_headers: Mapping[str, str]) -> list[AppliedRule]:
+        """Every rule whose descriptor Envoy would send for a request with these headers.
+
+        A Distinct match contributes the header's value (no header: no descriptor); an Exact or
+        RegularExpression match contributes key = value and passes when the value matches, or with
+        `invert` when it does not (a missing header never matches).
+        """
+        headers = {name.lower(): value for name, value in request_headers.items()}
+        verdicts: dict[tuple[str, str, str], bool] = {}
+        decided: list[bool | None] = [None] * len(self.gate_sets)
+
+        def passes(gate: _Gate) -> bool:
+            header, kind, pattern, invert = gate
+            value = headers.get(header)
+            if value is None:
+                return invert
+            memo = (header, kind, pattern)
+            matched = verdicts.get(memo)
+            if matched is None:
+                matched = value == pattern if kind == "Exact" else regex_full_match(pattern, value)
+                verdicts[memo] = matched
+            return matched != invert
+
+        applied: list[AppliedRule] = []
+        for rule in self.rules:
+            if not rule.distinct_headers <= headers.keys():
+                continue
+            ok = decided[rule.gate_set]
+            if ok is None:
+                ok = all(passes(gate) for gate in self.gate_sets[rule.gate_set])
+                decided[rule.gate_set] = ok
+            if not ok:
+                continue
+            entries = (rule.first_entry, *((key, key if h is None else headers[h]) for key, h in rule.entries))
+            applied.append(AppliedRule(rule.index, rule.requests, rule.unit, entries, rule.domain))
+        return applied
+
+    def for_actor(self, subject: str) -> list[AppliedRule]:
+        """The rules that charge a request whose verified `x-actor-id` is `subject`."""
+        return self.applied({"x-actor-id": subject})
+
+
 def applied_rules(
     policy_namespace: str,
     policy_name: str,
@@ -147,80 +286,10 @@ def applied_rules(
     route_name: str | None = None,
     listener_name: str | None = None,
 ) -> list[AppliedRule]:
-    """Every rule whose descriptor Envoy would send for a request with these headers.
-
-    A non-shared rule counts per Envoy route: its counter is keyed by the route's name in the listener's
-    domain, so the caller names both (`envoy_route_name`, `envoy_listener_name`); without them the model
-    raises ValueError rather than invent a key. Also raises ValueError when Envoy Gateway would reject
-    the policy at translation (see `translation_errors`).
-    """
-    unshared = [index for index, rule in enumerate(rules) if not bool(rule.get("shared", False))]
-    if unshared and (route_name is None or listener_name is None):
-        raise ValueError(
-            f"rule(s) {', '.join(map(str, unshared))} of BackendTrafficPolicy {policy_namespace}/{policy_name} are "
-            "not shared: Envoy Gateway keys their counters by the Envoy route name in the listener's domain, so "
-            "each route has its own bucket. Name the route and listener (route_name=, listener_name=) to ask "
-            "about one route, or make the rules shared: true"
-        )
-    errors = translation_errors(rules)
-    if errors:
-        raise ValueError(
-            f"Envoy Gateway rejects BackendTrafficPolicy {policy_namespace}/{policy_name} at translation, so "
-            f"the whole policy fails (its routes answer 500 and no rule applies): {'; '.join(errors)}"
-        )
-    headers = {name.lower(): value for name, value in request_headers.items()}
-    applied: list[AppliedRule] = []
-    shared_seen = 0
-    unshared_seen = 0
-    for index, rule in enumerate(rules):
-        shared = bool(rule.get("shared", False))
-        domain_index = shared_seen if shared else unshared_seen
-        if shared:
-            shared_seen += 1
-        else:
-            unshared_seen += 1
-        entries: list[tuple[str, str]] = []
-        if shared:
-            rule_name = f"{policy_namespace}/{policy_name}/rule/{index}"
-            entries.append((rule_name, rule_name))
-        else:
-            assert route_name is not None  # checked above
-            entries.append((route_name, route_name))
-        applies = True
-        for position, match in enumerate(_header_matches(rule)):
-            key = f"rule-{domain_index}-match-{position}"
-            value = headers.get(str(match["name"]).lower())
-            kind = match.get("type") or "Exact"
-            if kind == "Distinct":
-                if value is None:  # no header, no descriptor entry
-                    applies = False
-                    break
-                entries.append((key, value))
-                continue
-            if value is None:
-                matched = False
-            elif kind == "Exact":
-                matched = value == match["value"]
-            else:
-                matched = regex_full_match(str(match["value"]), value)
-            if matched == bool(match.get("invert", False)):
-                applies = False
-                break
-            entries.append((key, key))
-        if not applies:
-            continue
-        domain = f"{policy_namespace}/{policy_name}" if shared else str(listener_name)
-        limit = rule.get("limit") or {}
-        applied.append(
-            AppliedRule(
-                index=index,
-                requests=int(limit.get("requests", 0)),
-                unit=str(limit.get("unit", "Second")),
-                entries=tuple(entries),
-                domain=domain,
-            )
-        )
-    return applied
+    """Every rule whose descriptor Envoy would send for a request with these headers (see `PolicyModel`;
+    for many requests against one policy, build a `PolicyModel` once instead)."""
+    model = PolicyModel(policy_namespace, policy_name, rules, route_name=route_name, listener_name=listener_name)
+    return model.applied(request_headers)
 
 
 def rules_for_actor(

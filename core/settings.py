@@ -13,18 +13,21 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from core import egress
+from core import egress, money
 from core.problems import PROJECT, ConfigError, Problem
 
 __all__ = ["PROJECT", "ConfigError", "Problem"]  # re-exported: most callers import them from here
 
 # Envoy Gateway v1.9 RateLimitValue.requests is a uint32 (api/v1alpha1/ratelimit_types.go).
 MAX_TOKENS = 4_294_967_295
+MAX_LIMITS_PER_BUDGET = 8
+"""The documented maximum of `limits` per budget (and of budgetPolicy.limitSlots)."""
 RATE_LIMIT_UNITS = ("Second", "Minute", "Hour", "Day", "Week", "Month", "Year")
 # The fixed Service the EnvoyProxy gives the data plane: every egress policy names this host.
 GATEWAY_SERVICE_NAME = "agent-router"
@@ -153,15 +156,53 @@ def _per(value: Any) -> Any:
 TokenCount = Annotated[int, Field(strict=True)]
 
 
-class Limit(_Model):
-    """A token budget: `tokens` per fixed, UTC-aligned `per` window."""
+def _usd(value: Any) -> Decimal:
+    """A `usd` amount: $0.01 to $1,000,000 in whole mills (core.money)."""
+    if value is None:
+        raise ValueError("is empty (YAML null): give an amount in dollars, e.g. usd: 5")
+    if isinstance(value, str):
+        raise ValueError(f"got {value!r}: write the amount as a number without quotes or $, e.g. usd: 5")
+    try:
+        return money.check_usd_limit(value)
+    except money.MoneyError as error:
+        raise ValueError(str(error)) from None
 
-    tokens: TokenCount = Field(
-        description=f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32)."
+
+UsdAmount = Annotated[Decimal, BeforeValidator(_usd)]
+WINDOWS_TEXT = "`Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fixed and UTC-aligned"
+
+
+def _limit_problem(tokens: int | None, usd: Decimal | None, per: str | None) -> str | None:
+    if tokens is not None and usd is not None:
+        return (
+            f"has both tokens ({tokens}) and usd ({usd}): a limit counts one of them. Split it into two limits, "
+            f"e.g. limits: [{{tokens: {tokens}, per: {per or 'Day'}}}, {{usd: {usd}, per: {per or 'Day'}}}]"
+        )
+    if tokens is None and usd is None:
+        return "has neither tokens nor usd: give one, e.g. {tokens: 500, per: Day} or {usd: 5, per: Day}"
+    if per is None:
+        return f"has {'tokens' if tokens is not None else 'usd'} but no per: add the window, e.g. per: Day"
+    return None
+
+
+class Limit(_Model):
+    """One limit of a budget: `tokens` or `usd` per fixed, UTC-aligned `per` window."""
+
+    tokens: TokenCount | None = Field(
+        default=None,
+        description=(
+            f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32). "
+            "Exactly one of `tokens` and `usd`."
+        ),
     )
-    per: str = Field(
-        description="The window: `Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fixed and UTC-aligned."
+    usd: UsdAmount | None = Field(
+        default=None,
+        description=(
+            "Dollars each actor may spend per window: 0.01 to 1,000,000, counted in mills ($0.001); calls are priced "
+            "from `prices`. Exactly one of `tokens` and `usd`."
+        ),
     )
+    per: str = Field(description=f"The window: {WINDOWS_TEXT}.")
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -173,9 +214,87 @@ class Limit(_Model):
     def _known_unit(cls, value: str) -> str:
         return _per(value)
 
+    @model_validator(mode="after")
+    def _one_unit(self) -> Limit:
+        problem = _limit_problem(self.tokens, self.usd, self.per)
+        if problem:
+            raise ValueError(problem)
+        return self
 
-class BudgetClass(Limit):
-    """Actors sharing one budget size (each still has its own bucket); one rate-limit rule."""
+
+class Budget(_Model):
+    """A budget: one limit written inline (the short form), or `limits`, every one of which applies."""
+
+    tokens: TokenCount | None = Field(
+        default=None,
+        description=f"Short form: tokens per window, 1 to {MAX_TOKENS:,}. Exactly one of `tokens`, `usd` and `limits`.",
+    )
+    usd: UsdAmount | None = Field(
+        default=None,
+        description="Short form: dollars per window, 0.01 to 1,000,000. Exactly one of `tokens`, `usd` and `limits`.",
+    )
+    per: str | None = Field(default=None, description=f"Short form: the window, {WINDOWS_TEXT}.")
+    limits: list[Limit] | None = Field(
+        default=None,
+        description=(
+            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd, per}}`), every one applies; a budget "
+            "with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
+        ),
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _whole_tokens(cls, value: Any) -> Any:
+        return _tokens(value)
+
+    @field_validator("per")
+    @classmethod
+    def _known_unit(cls, value: str | None) -> str | None:
+        return _per(value)
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limit_count(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "is empty: give at least one limit, e.g. limits: [{tokens: 500, per: Day}], or use the short form "
+                "(tokens or usd, and per, on the budget itself)"
+            )
+        if isinstance(value, list) and len(value) > MAX_LIMITS_PER_BUDGET:
+            raise ValueError(
+                f"has {len(value)} limits: a budget may have at most {MAX_LIMITS_PER_BUDGET} (one per window and "
+                "unit is plenty). Drop the ones another limit already implies"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Budget:
+        inline = [
+            key for key, value in (("tokens", self.tokens), ("usd", self.usd), ("per", self.per)) if value is not None
+        ]
+        if self.limits is not None:
+            if inline:
+                raise ValueError(
+                    f"has both limits and {', '.join(inline)}: use either the short form ({{tokens|usd, per}} on the "
+                    "budget) or limits, not both. Move the inline limit into limits"
+                )
+            return self
+        problem = _limit_problem(self.tokens, self.usd, self.per)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def limit_list(self) -> list[Limit]:
+        """Every limit of the budget, in order (the short form is one limit)."""
+        if self.limits is not None:
+            return list(self.limits)
+        if self.usd is not None:
+            return [Limit(usd=self.usd, per=self.per)]  # type: ignore[arg-type]
+        return [Limit(tokens=self.tokens, per=self.per)]  # type: ignore[arg-type]
+
+
+class BudgetClass(Budget):
+    """Actors sharing one budget (each still has its own buckets); one rate-limit rule per limit."""
 
     name: str = Field(description="DNS label, unique among classes. Classes are append-only.")
     # Empty retires the class while keeping every later class (and its counters) in place.
@@ -193,11 +312,57 @@ class BudgetClass(Limit):
 class BudgetsConfig(_Model):
     """`agent-budgets:budgets`: the default budget and the ordered, append-only classes."""
 
-    default: Limit = Field(description="The budget of every actor not in a class.")
+    default: Budget = Field(description="The budget of every actor not in a class.")
     classes: list[BudgetClass] = Field(
         default_factory=list,
-        description="Other budget sizes, in order; each class is one rate-limit rule. Append only: never reorder.",
+        description="Other budgets in order; each limit of a class is one rate-limit rule. Append only, never reorder.",
     )
+
+    @property
+    def uses_usd(self) -> bool:
+        """Whether any limit is in dollars (so every route model needs a price)."""
+        return any(limit.usd is not None for budget in (self.default, *self.classes) for limit in budget.limit_list())
+
+
+def _price(field: str) -> Any:
+    def check(value: Any) -> Decimal:
+        if value is None:
+            raise ValueError(f"is empty (YAML null): give {field} in USD per 1,000,000 tokens, e.g. {field}: 2.50")
+        if isinstance(value, str):
+            raise ValueError(f"got {value!r}: write the price as a number without quotes or $, e.g. {field}: 2.50")
+        try:
+            return money.check_price(value, field)
+        except money.MoneyError as error:
+            raise ValueError(str(error)) from None
+
+    return BeforeValidator(check)
+
+
+class ModelPrices(_Model):
+    """What one model costs, in USD per 1,000,000 tokens of each kind, as the provider bills it."""
+
+    input: Annotated[Decimal, _price("input")] = Field(
+        description="Fresh input tokens (neither read from nor written to the prompt cache)."
+    )
+    output: Annotated[Decimal, _price("output")] = Field(
+        description="Output tokens, reasoning (thinking) tokens included: both providers bill them as output."
+    )
+    cached_input: Annotated[Decimal, _price("cachedInput")] | None = Field(
+        default=None, description="Input tokens read from the prompt cache; default: the input price."
+    )
+    cache_write: Annotated[Decimal, _price("cacheWrite")] | None = Field(
+        default=None,
+        description=(
+            "Input tokens written to the prompt cache (Anthropic bills these above the input price); default: the "
+            "input price."
+        ),
+    )
+
+    def to_price(self) -> money.ModelPrice:
+        """The checked prices, cache prices defaulted to the input price."""
+        return money.ModelPrice.of(
+            input=self.input, output=self.output, cached_input=self.cached_input, cache_write=self.cache_write
+        )
 
 
 class KubernetesSettings(_Model):
@@ -461,6 +626,16 @@ class BudgetPolicySettings(_Model):
             "Fixed number of matches that exclude class members from the default rule (about 83 members each; "
             "each one adds about 32 bytes to every default counter key); changing it restarts every default bucket "
             "once. See docs/message-size.md."
+        ),
+    )
+    limit_slots: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_LIMITS_PER_BUDGET,
+        description=(
+            "Rule slots each budget reserves for its limits: at least the most `limits` any budget has. With 1, the "
+            "layout of single-limit versions; changing it restarts every budget counter but the default's first "
+            "limit once, so leave room for the windows you will add."
         ),
     )
 
@@ -749,6 +924,21 @@ class StackSettings(_Model):
         ),
     )
     budgets: BudgetsConfig = Field(description="The default budget and the classes.")
+    prices: dict[str, ModelPrices] = Field(
+        default_factory=dict,
+        json_schema_extra={"mapKey": "model"},
+        description=(
+            "USD per 1,000,000 tokens of each model, keyed by the model name agents send; every route model needs one "
+            "as soon as any limit is in `usd`."
+        ),
+    )
+    suspended: list[ActorId] = Field(
+        default_factory=list,
+        description=(
+            "Actors refused at once (403, before any model call) whatever their budget; each must be in `actors`. "
+            "Their counters are kept: removing one restores it with its spent budget."
+        ),
+    )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="The target cluster.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The model gateway.")
     providers: list[Provider] = Field(

@@ -16,7 +16,7 @@ Pure: the Pulumi runtime is read by `components.program`, which hands the values
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +25,10 @@ from pydantic import ValidationError
 from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
-from core.cross_checks import MISSING, ConfigView, cross_key_problems, no_actors_finding
+from core.cross_checks import MISSING, ConfigView, cross_key_problems, no_actors_finding, price_warnings
 from core.egress import EgressPolicySettings, settings_problems
-from core.manifests import BUDGET_POLICY_NAME
+from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
+from core.money import MoneyError, route_cost_entry
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import (
     GATEWAY_HOSTNAME,
@@ -35,12 +36,14 @@ from core.settings import (
     PROVIDER_DEFAULT_HOSTS,
     SECRET_PLACEHOLDER,
     GatewaySettings,
+    ModelPrices,
     PlatformSettings,
     Route,
     StackSettings,
     required_secrets,
     secret_set_command,
 )
+from core.suspension import suspension_authorization
 
 SecretState = Callable[[str], tuple[bool, bool]]  # config key → (is set, is secret)
 
@@ -168,6 +171,7 @@ def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
     findings.problems.extend(errors)
     findings.warnings.extend(warnings)
     findings.problems.extend(cross_key_problems(view))
+    findings.warnings.extend(price_warnings(view))
     return findings, view
 
 
@@ -235,7 +239,12 @@ def egress_problems(settings: StackSettings) -> list[Problem]:
 
 
 def message_size_problems(
-    rules: BudgetRules, routes: list[Route], providers: int, platform: PlatformSettings, gateway: GatewaySettings
+    rules: BudgetRules,
+    routes: list[Route],
+    providers: int,
+    platform: PlatformSettings,
+    gateway: GatewaySettings,
+    suspended: Sequence[str] = (),
 ) -> list[Problem]:
     """The extension-server message must fit the configured cap with headroom (docs/message-size.md).
 
@@ -243,7 +252,11 @@ def message_size_problems(
     one message; over the cap, the hook fails and no later change reaches Envoy (core.xds_size).
     """
     estimate = xds_size.estimate_message(
-        gateway.namespace, BUDGET_POLICY_NAME, rules.specs(), xds_size.route_layout(routes, providers)
+        gateway.namespace,
+        BUDGET_POLICY_NAME,
+        rules.specs(),
+        xds_size.route_layout(routes, providers),
+        suspension_authorization(suspended, JWT_PROVIDER_NAME),
     )
     limit = platform.extension_message_bytes
     needed = estimate.required_limit()
@@ -258,10 +271,24 @@ def message_size_problems(
                 f"Router for these budgets and routes is {estimate.total_bytes:,} bytes ({estimate.describe()}) and "
                 f"needs {xds_size.HEADROOM:g}x that, {needed:,} bytes. Raise platform.extensionMessageLimit to "
                 f"{suggestion} or more, or carry fewer bytes per route: fewer model names in routes (each one "
-                f"carries every rule), fewer budget classes or class members (docs/message-size.md)"
+                f"carries every rule), fewer budget classes or class members, fewer suspended actors "
+                "(docs/message-size.md)"
             ),
         )
     ]
+
+
+def route_cost_problems(routes: Sequence[Route], prices: Mapping[str, ModelPrices]) -> list[Problem]:
+    """Each route's cost expression can be built (a missing price is reported by the cross-key check)."""
+    problems: list[Problem] = []
+    for index, route in enumerate(routes):
+        if any(model not in prices for model in route.models):
+            continue
+        try:
+            route_cost_entry(route.models, {model: prices[model].to_price() for model in route.models})
+        except MoneyError as error:
+            problems.append(Problem(f"routes[{index}].models", str(error)))
+    return problems
 
 
 def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack:
@@ -272,13 +299,18 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
     rules: BudgetRules | None = None
     if budgets is not None and budget_policy is not None:
         try:
-            rules = compile_budget_rules(budgets, budget_policy.exclusion_slots)
+            rules = compile_budget_rules(budgets, budget_policy.exclusion_slots, budget_policy.limit_slots)
         except ConfigError as error:
             findings.problems.extend(error.problems)
+    routes, prices = view.typed("routes"), view.typed("prices")
+    if budgets is not None and budgets.uses_usd and routes is not None and prices is not None:
+        findings.problems.extend(route_cost_problems(routes, prices))
 
-    routes, providers, platform, gateway = (view.typed(key) for key in ("routes", "providers", "platform", "gateway"))
-    if rules is not None and None not in (routes, providers, platform, gateway):
-        findings.problems.extend(message_size_problems(rules, routes, len(providers), platform, gateway))
+    routes, providers, platform, gateway, suspended = (
+        view.typed(key) for key in ("routes", "providers", "platform", "gateway", "suspended")
+    )
+    if rules is not None and None not in (routes, providers, platform, gateway, suspended):
+        findings.problems.extend(message_size_problems(rules, routes, len(providers), platform, gateway, suspended))
 
     if view.typed("providers") is not None and view.typed("redis") is not None:
         findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))

@@ -250,6 +250,84 @@ def rate_limit_domains(
     return {domain: length_delimited(13, entry)}
 
 
+# --- the suspension's RBAC per-route config (core/suspension.py) ------------------------------------------
+
+RBAC_FILTER = "envoy.filters.http.rbac"
+RBAC_PER_ROUTE_TYPE_URL = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+RBAC_ACTION_TYPE_URL = "type.googleapis.com/envoy.config.rbac.v3.Action"
+DYNAMIC_METADATA_INPUT_TYPE_URL = (
+    "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput"
+)
+METADATA_MATCHER_TYPE_URL = "type.googleapis.com/envoy.extensions.matching.input_matchers.metadata.v3.Metadata"
+JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
+
+
+def _any(type_url: str, payload: int) -> int:
+    """google.protobuf.Any payload: type_url=1, value=2."""
+    return string_field(1, type_url) + (length_delimited(2, payload) if payload else 0)
+
+
+def _typed_extension(name: str, type_url: str, payload: int) -> int:
+    """xds.core.v3.TypedExtensionConfig payload: name=1, typed_config=2 (Any)."""
+    return string_field(1, name) + length_delimited(2, _any(type_url, payload))
+
+
+def _rbac_action(allow: bool) -> int:
+    """envoy.config.rbac.v3.Action payload: name=1 (ALLOW / DENY), action=2 (enum; ALLOW is 0, not written)."""
+    return string_field(1, "ALLOW" if allow else "DENY") + (0 if allow else _tag(2) + 1)
+
+
+def _on_match_action(name: str, allow: bool) -> int:
+    """xds.type.matcher.v3.Matcher.OnMatch payload: action=2 (TypedExtensionConfig)."""
+    return length_delimited(2, _typed_extension(name, RBAC_ACTION_TYPE_URL, _rbac_action(allow)))
+
+
+def _claim_predicate(provider: str, claim_path: Sequence[str], value: str) -> int:
+    """Predicate payload: single_predicate=1 {input=1 `claim` DynamicMetadataInput{filter=1, path=2
+    {key=1}}, custom_match=3 `claim_matcher` Metadata{value=1 ValueMatcher{string_match=3 {exact=1}}}}."""
+    path = sum(length_delimited(2, string_field(1, key)) for key in (provider, *claim_path))
+    metadata_input = string_field(1, JWT_AUTHN_FILTER) + path
+    matcher = length_delimited(1, length_delimited(3, string_field(1, value, in_oneof=True)))
+    single = length_delimited(1, _typed_extension("claim", DYNAMIC_METADATA_INPUT_TYPE_URL, metadata_input))
+    single += length_delimited(3, _typed_extension("claim_matcher", METADATA_MATCHER_TYPE_URL, matcher))
+    return length_delimited(1, single)
+
+
+def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
+    """The bytes of the `envoy.filters.http.rbac` entry a SecurityPolicy `authorization` adds to every
+    Envoy route it covers (0 without one).
+
+    Follows Envoy Gateway v1.9.0 `internal/xds/translator/authorization.go` (`buildRBACPerRoute`,
+    `buildJWTPredicate`) for what agent-budgets writes: Deny/Allow rules whose principal is one JWT claim of
+    String values (several values are ORed, one value is a single predicate), and a default action.
+    """
+    if not authorization:
+        return 0
+    matchers = 0
+    for rule in authorization.get("rules") or []:
+        principal = rule.get("principal") or {}
+        if set(principal) != {"jwt"} or rule.get("operation") or rule.get("cel"):
+            raise ValueError("the size model covers authorization rules on JWT claims only")
+        jwt = principal["jwt"]
+        claims = jwt.get("claims") or []
+        if len(claims) != 1 or jwt.get("scopes") or claims[0].get("valueType", "String") != "String":
+            raise ValueError("the size model covers one String claim per authorization rule")
+        claim = claims[0]
+        path = str(claim["name"]).split(".")
+        values = [_claim_predicate(str(jwt["provider"]), path, str(value)) for value in claim["values"]]
+        predicate = values[0] if len(values) == 1 else length_delimited(2, sum(length_delimited(1, v) for v in values))
+        field_matcher = length_delimited(1, predicate) + length_delimited(
+            2, _on_match_action(str(rule.get("name", "")), rule.get("action") == "Allow")
+        )
+        matchers += length_delimited(1, field_matcher)
+    matcher = length_delimited(1, matchers) if matchers else 0
+    matcher += length_delimited(3, _on_match_action("default", authorization.get("defaultAction") == "Allow"))
+    rbac = length_delimited(4, matcher)  # RBAC.matcher=4
+    per_route = length_delimited(2, rbac)  # RBACPerRoute.rbac=2
+    entry = string_field(1, RBAC_FILTER) + length_delimited(2, _any(RBAC_PER_ROUTE_TYPE_URL, per_route))
+    return length_delimited(13, entry)  # Route.typed_per_filter_config=13
+
+
 @dataclass(frozen=True)
 class RouteLayout:
     """How many Envoy routes the model routes become."""
@@ -278,6 +356,8 @@ class MessageEstimate:
     total_bytes: int
     rate_limit_bytes_per_route: int
     layout: RouteLayout
+    authorization_bytes_per_route: int = 0
+    """The suspension's RBAC config, on every Envoy route (model routes and catch-alls)."""
 
     @property
     def rate_limit_bytes(self) -> int:
@@ -290,27 +370,41 @@ class MessageEstimate:
     def describe(self) -> str:
         """One line naming every term, for messages and docs."""
         layout = self.layout
+        suspension = (
+            f", {layout.model_routes + layout.catch_all_routes} route(s) x "
+            f"{format_bytes(self.authorization_bytes_per_route)} of suspension rules"
+            if self.authorization_bytes_per_route
+            else ""
+        )
         return (
             f"{format_bytes(self.total_bytes)}: {layout.model_routes} model route(s) x "
-            f"{format_bytes(self.rate_limit_bytes_per_route)} of rate-limit rules, plus allowances for "
+            f"{format_bytes(self.rate_limit_bytes_per_route)} of rate-limit rules{suspension}, plus allowances for "
             f"{layout.model_routes + layout.catch_all_routes} Envoy route(s), {layout.providers} provider(s) "
             "and the listeners"
         )
 
 
 def estimate_message(
-    policy_namespace: str, policy_name: str, rule_specs: Sequence[Mapping[str, Any]], layout: RouteLayout
+    policy_namespace: str,
+    policy_name: str,
+    rule_specs: Sequence[Mapping[str, Any]],
+    layout: RouteLayout,
+    authorization: Mapping[str, Any] | None = None,
 ) -> MessageEstimate:
-    """The size of Envoy Gateway's PostTranslateModifyRequest for this policy on this route layout."""
+    """The size of Envoy Gateway's PostTranslateModifyRequest for this policy on this route layout, with
+    the Gateway-wide SecurityPolicy `authorization` (the suspensions) when there is one."""
     per_route = sum(rate_limit_domains(policy_namespace, policy_name, rule_specs).values())
+    suspension = authorization_route_bytes(authorization)
     routes = layout.model_routes + layout.catch_all_routes
     total = (
         BASE_ALLOWANCE
         + layout.providers * PROVIDER_ALLOWANCE
-        + routes * ROUTE_ALLOWANCE
+        + routes * (ROUTE_ALLOWANCE + suspension)
         + layout.model_routes * per_route
     )
-    return MessageEstimate(total_bytes=total, rate_limit_bytes_per_route=per_route, layout=layout)
+    return MessageEstimate(
+        total_bytes=total, rate_limit_bytes_per_route=per_route, layout=layout, authorization_bytes_per_route=suspension
+    )
 
 
 def format_bytes(size: int) -> str:

@@ -44,10 +44,14 @@ from core.budget_rules import (
     ACTOR_HEADER,
     COST_METADATA_KEY,
     COST_METADATA_NAMESPACE,
+    LIMIT_SLOTS_ANNOTATION,
+    MATCHES_NOTHING,
     MAX_HEADERS_PER_SELECTOR,
+    MAX_LIMIT_SLOTS,
     MAX_RULES,
     MAX_SELECTORS,
     MAX_VALUE_LENGTH,
+    SUBJECT_PREFIX,
     actor_subject,
 )
 from core.egress import (
@@ -63,13 +67,14 @@ from core.egress import (
     build_rules,
     patterns_overlap,
 )
+from core.money import USD_METADATA_KEY
 from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
 from core.ratelimit_model import (
+    PolicyModel,
     envoy_listener_name,
     envoy_route_name,
     header_match_error,
     regex_is_valid,
-    rules_for_actor,
     translation_errors,
 )
 from core.settings import PROJECT
@@ -84,8 +89,10 @@ AUTHORIZATION = AUTH_HEADER.lower()
 GATEWAY_AUDIENCE = ", ".join(DEFAULT_AUDIENCES)
 # Kinds whose BackendTrafficPolicy overrides a Gateway-level one unless it sets mergeType.
 ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute"})
-# A subject in no budget class: it must land in exactly one rule (the default) like any unlisted actor.
+# A subject in no budget class: it must land in the default budget's rules like any unlisted actor.
 PROBE_ACTOR = "policy-probe/unlisted-actor"
+# What a budget rule may charge, and how Agent Router must compute each (AIGatewayRoute llmRequestCosts type).
+BUDGET_COST_TYPES: dict[str, str] = {COST_METADATA_KEY: "TotalToken", USD_METADATA_KEY: "CEL"}
 
 # Literal values shaped like model-provider API keys (OpenAI/Anthropic/DeepSeek/OpenRouter `sk-...`,
 # Google `AIza...`, Groq `gsk_...`, xAI `xai-...`). Not preceded by a letter or digit, so `task-...`
@@ -407,12 +414,13 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
         if not (
             response.get("from") == "Metadata"
             and metadata.get("namespace") == COST_METADATA_NAMESPACE
-            and metadata.get("key") == COST_METADATA_KEY
+            and metadata.get("key") in BUDGET_COST_TYPES
         ):
             problems.append(
-                f"{where} does not charge the response's token count ({response or 'no cost.response'}): set "
-                f"cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
-                "reports for every response and stream"
+                f"{where} does not charge the response's token count or price ({response or 'no cost.response'}): "
+                f"set cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
+                f"reports for every response and stream (or key {USD_METADATA_KEY}, the call's price in mills, "
+                "for a budget in dollars)"
             )
     return problems
 
@@ -537,6 +545,69 @@ def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> 
                 f"{who}: {label} does not copy claim sub into {ACTOR_HEADER}: requests it admits carry no "
                 f"actor id, so no budget rule applies to them. Add claimToHeaders: "
                 f"[{{header: {ACTOR_HEADER}, claim: sub}}]"
+            )
+    problems.extend(_authorization_problems(resource, who, providers))
+    return problems
+
+
+def _authorization_problems(resource: Resource, who: str, providers: list[dict[str, Any]]) -> list[str]:
+    """The kill switch on the JWT SecurityPolicy: Deny rules on the verified `sub`, Allow for everyone else.
+
+    Envoy Gateway v1.9.0 (api/v1alpha1/authorization_types.go): rules are first-match, `defaultAction` is
+    Deny when left out, a JWT principal reads claims of a provider of the same policy, and a String claim
+    must equal one of the values exactly.
+    """
+    authorization = resource.spec.get("authorization")
+    if not isinstance(authorization, dict):
+        return []
+    problems: list[str] = []
+    default_action = authorization.get("defaultAction")
+    if default_action is None:
+        problems.append(
+            f"{who}: authorization has no defaultAction, and Envoy Gateway's default is Deny: every actor the rules "
+            "do not name would be refused with 403. Set authorization.defaultAction: Allow (the suspension rules "
+            "deny the suspended actors)"
+        )
+    elif default_action == "Deny":
+        problems.append(
+            f"{who}: authorization.defaultAction is Deny: every actor no Allow rule names is refused with 403. "
+            "Set it to Allow and deny only suspended actors"
+        )
+    names = {p.get("name") for p in providers}
+    allowed_before: list[int] = []
+    for index, rule in enumerate(as_list(authorization.get("rules"))):
+        if not isinstance(rule, dict) or has_unknown(rule):
+            continue
+        where = f"{who}: authorization rule {index} ({rule.get('name', 'unnamed')})"
+        if rule.get("action") == "Allow":
+            allowed_before.append(index)
+            continue
+        jwt = as_dict(dig(rule, "principal", "jwt"))
+        sub_claims = [c for c in as_list(jwt.get("claims")) if isinstance(c, dict) and c.get("name") == "sub"]
+        if not sub_claims:
+            continue
+        if jwt.get("provider") not in names:
+            problems.append(
+                f"{where} reads claims of JWT provider {jwt.get('provider')!r}, which this policy does not define "
+                f"(have {sorted(n for n in names if isinstance(n, str))}): the rule never matches, so nobody is "
+                "suspended. Name the policy's provider"
+            )
+        for claim in sub_claims:
+            if claim.get("valueType", "String") != "String":
+                problems.append(
+                    f"{where} matches sub as {claim.get('valueType')}: the subject is one string. Use valueType String"
+                )
+            strays = [v for v in as_list(claim.get("values")) if not str(v).startswith(SUBJECT_PREFIX)]
+            if strays:
+                problems.append(
+                    f"{where} denies subjects {strays[:3]} that no actor token carries: Substrate's subject is "
+                    f"{SUBJECT_PREFIX}<atespace>/<name>, so these actors are not suspended. Write e.g. "
+                    f"{actor_subject('agents/actor-c')!r} ({PROJECT}:suspended lists agents/actor-c)"
+                )
+        if allowed_before:
+            problems.append(
+                f"{where} comes after Allow rule(s) {allowed_before}: rules are first-match, so an actor an earlier "
+                "Allow rule admits is never suspended. Put the suspension rules first"
             )
     return problems
 
@@ -866,19 +937,17 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         name = str(dig(policy.resource.props, "metadata", "name") or policy.resource.name)
         if translation_errors(policy.rules):
             continue  # Envoy Gateway rejects the whole policy: reported by budget-rules-charge-llm-tokens
+        # A non-shared rule charges per Envoy route; the pack only counts which rules apply, so any one
+        # route and listener stand for all (their names only matter for the counter key).
+        model = PolicyModel(namespace, name, policy.rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
+        slots = limit_slots(policy.resource)
         for actor in [*actors, PROBE_ACTOR]:
-            # A non-shared rule charges per Envoy route; the pack only counts which rules apply, so any one
-            # route and listener stand for all (their names only matter for the counter key).
-            applied = rules_for_actor(
-                namespace,
-                name,
-                policy.rules,
-                actor_subject(actor),
-                route_name=COVERAGE_ROUTE,
-                listener_name=COVERAGE_LISTENER,
-            )
-            if len(applied) == 1:
-                continue
+            applied = model.for_actor(actor_subject(actor))
+            blocks = {rule.index // slots for rule in applied}
+            admissions = {admitted_actors(policy.rules[rule.index]) for rule in applied}
+            budgets = max(len(blocks), len(admissions))
+            if budgets == 1:
+                continue  # one budget: all its limits (its windows, tokens and usd) apply, as they should
             who = "an actor in no budget class" if actor == PROBE_ACTOR else f"actor {actor}"
             if not applied:
                 message = (
@@ -888,12 +957,35 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
             else:
                 indexes = ", ".join(str(rule.index) for rule in applied)
                 message = (
-                    f"{policy.resource.describe()}: {who} falls in {len(applied)} budget rules ({indexes}): each "
-                    "one charges it, and the smallest budget wins. Exclude class members from the default "
+                    f"{policy.resource.describe()}: {who} falls in the rules of {budgets} budgets ({indexes}): "
+                    "each one charges it, and the smallest budget wins. Exclude class members from the default "
                     "rule and keep each actor in at most one class"
                 )
             problems.append(StackProblem(message, policy.resource.urn))
     return problems
+
+
+def limit_slots(resource: Resource) -> int:
+    """How many consecutive rules form one budget (the program's budgetPolicy.limitSlots, annotated on the
+    policy; rule b * slots + j is budget b's j-th limit). Missing or unreadable: 1, the strictest reading."""
+    text = dig(resource.props, "metadata", "annotations", LIMIT_SLOTS_ANNOTATION)
+    if isinstance(text, str) and text.isdigit() and 1 <= int(text) <= MAX_LIMIT_SLOTS:
+        return int(text)
+    return 1
+
+
+def admitted_actors(rule: Mapping[str, Any]) -> tuple[tuple[str, str, str, bool], ...]:
+    """Which actors a rule admits, as its value matches (Distinct and always-true matches left out).
+
+    Every limit of one budget admits the same actors (a usd limit only adds an always-true match), so two
+    rules with different admissions that both apply to one actor are two budgets, whatever the slots say.
+    """
+    admission = {
+        (lower(m.get("name")), str(m.get("type") or "Exact"), str(m.get("value")), m.get("invert") is True)
+        for m in header_matches(rule)
+        if m.get("type") != "Distinct" and not (m.get("value") == MATCHES_NOTHING and m.get("invert") is True)
+    }
+    return tuple(sorted(admission))
 
 
 def _regexes_valid(budget_rules: list[dict[str, Any]]) -> bool:
@@ -976,6 +1068,76 @@ def _jwt_presence_problems(resources: Sequence[Resource], budget_policies: list[
                     policy.resource.urn,
                 )
             )
+    return problems
+
+
+def _reported_costs(resource: Resource, field_name: str) -> dict[str, str] | None:
+    """metadataKey → type of an AIGatewayRoute's `llmRequestCosts` (or a GatewayConfig's global ones)."""
+    entries = resource.spec.get(field_name)
+    if has_unknown(entries):
+        return None
+    return {
+        str(entry.get("metadataKey")): str(entry.get("type"))
+        for entry in as_list(entries)
+        if isinstance(entry, dict) and isinstance(entry.get("metadataKey"), str)
+    }
+
+
+def check_budget_costs_reported(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
+    """Every metadata key a budget rule charges is reported by every AIGatewayRoute on the budget's Gateway,
+    computed the right way: `llm_total_token` as TotalToken, `agent_budgets_usd_mills` as a CEL cost.
+
+    A route without the key sends no value: Envoy charges nothing for it (ratelimit_config.cc drops a
+    descriptor whose hits_addend is missing), so its calls would be free for that limit.
+    """
+    del config
+    charged: dict[tuple[str, str], dict[str, list[int]]] = {}  # (namespace, gateway) → key → rule indexes
+    for policy in (r for r in resources if is_budget_policy(r)):
+        for _namespace, kind, name in target_keys(policy):
+            if kind != "Gateway":
+                continue
+            keys = charged.setdefault((policy.namespace, name), {})
+            for index, rule in enumerate(global_rules(policy)):
+                metadata = as_dict(dig(rule, "cost", "response", "metadata"))
+                key = metadata.get("key")
+                if keyed_on_actor(rule) and isinstance(key, str) and key in BUDGET_COST_TYPES:
+                    keys.setdefault(key, []).append(index)
+    global_costs: dict[str, str] = {}
+    for resource in resources:
+        if resource.is_kind("aigateway.envoyproxy.io", "GatewayConfig"):
+            global_costs.update(_reported_costs(resource, "globalLLMRequestCosts") or {})
+    problems: list[StackProblem] = []
+    for resource in resources:
+        if not resource.is_kind("aigateway.envoyproxy.io", "AIGatewayRoute"):
+            continue
+        costs = _reported_costs(resource, "llmRequestCosts")
+        if costs is None:
+            continue
+        for ref in as_list(resource.spec.get("parentRefs")):
+            if not isinstance(ref, dict) or ref.get("kind", "Gateway") != "Gateway":
+                continue
+            namespace = ref.get("namespace") or resource.namespace
+            for key, indexes in sorted(charged.get((namespace, str(ref.get("name"))), {}).items()):
+                reported = costs.get(key, global_costs.get(key))
+                expected = BUDGET_COST_TYPES[key]
+                if reported is None:
+                    problems.append(
+                        StackProblem(
+                            f"{resource.describe()} reports no {key} in llmRequestCosts, but budget rule(s) "
+                            f"{indexes} charge it: calls through this route would cost nothing against those limits. "
+                            f"Add {{metadataKey: {key}, type: {expected}}} (the program adds it to every route)",
+                            resource.urn,
+                        )
+                    )
+                elif reported != expected:
+                    problems.append(
+                        StackProblem(
+                            f"{resource.describe()} computes {key} as {reported}, but budget rule(s) {indexes} read it "
+                            f"as {'the total tokens' if expected == 'TotalToken' else 'the price in mills'}: use "
+                            f"type {expected}",
+                            resource.urn,
+                        )
+                    )
     return problems
 
 
@@ -1116,7 +1278,8 @@ budget_rules_charge_llm_tokens = ResourceValidationPolicy(
     name="budget-rules-charge-llm-tokens",
     description=(
         "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor, free on the request "
-        "and charged the response's io.envoy.ai_gateway/llm_total_token; no header match of the budget policy "
+        "and charged the response's io.envoy.ai_gateway/llm_total_token (or agent_budgets_usd_mills for a budget "
+        "in dollars); no header match of the budget policy "
         "is one Envoy Gateway rejects at translation (Distinct with invert or a value, Exact or "
         "RegularExpression without a value)."
     ),
@@ -1137,7 +1300,8 @@ jwt_names_the_actor = ResourceValidationPolicy(
     name="jwt-names-the-actor",
     description=(
         "The JWT SecurityPolicy requires a valid token (neither optional nor failOpen), checks its audiences "
-        "and copies its sub into x-actor-id."
+        "and copies its sub into x-actor-id; its suspension rules deny actor subjects of its own provider, and "
+        "its authorization allows everyone else."
     ),
     validate=_resource_validation(check_jwt_names_the_actor),
     enforcement_level=EnforcementLevel.MANDATORY,
@@ -1174,10 +1338,21 @@ provider_keys_only_in_secrets = ResourceValidationPolicy(
 budget_rules_cover_each_actor_once = StackValidationPolicy(
     name="budget-rules-cover-each-actor-once",
     description=(
-        "Every actor falls in exactly one budget rule of one budget policy, set by a JWT SecurityPolicy, "
-        "within Envoy Gateway's caps."
+        "Every actor falls in the rules of exactly one budget (one rule per limit) of one budget policy, set by a "
+        "JWT SecurityPolicy, within Envoy Gateway's caps."
     ),
     validate=_stack_validation(check_budget_coverage),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+budget_costs_reported_by_every_route = StackValidationPolicy(
+    name="budget-costs-reported-by-every-route",
+    description=(
+        "Every AIGatewayRoute on the budget's Gateway reports each metadata key a budget rule charges: "
+        "llm_total_token as TotalToken, agent_budgets_usd_mills (a call's price in mills) as a CEL cost."
+    ),
+    validate=_stack_validation(check_budget_costs_reported),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.HIGH,
 )
@@ -1229,6 +1404,7 @@ MANDATORY_POLICIES: list[Policy] = [
     jwt_names_the_actor,
     egress_reaches_only_the_gateway,
     budget_rules_cover_each_actor_once,
+    budget_costs_reported_by_every_route,
     route_policies_merge_with_the_budget,
     provider_keys_only_in_secrets,
 ]

@@ -252,7 +252,7 @@ def test_a_class_too_large_for_one_match_is_refused_with_how_to_split_it():
     assert caught.value.keys == ["agent-budgets:budgets.classes[0].actors"]
     assert "class 'huge'" in message
     assert "over Envoy Gateway's 1024" in message
-    assert "append a new class with the same tokens" in message
+    assert "append a new class with the same limits" in message
 
 
 def test_too_few_exclusion_slots_names_the_number_needed():
@@ -267,7 +267,7 @@ def test_too_few_exclusion_slots_names_the_number_needed():
 
 def test_more_than_255_classes_is_refused():
     groups = [(f"c{i}", 5, "Day", []) for i in range(256)]
-    with pytest.raises(ConfigError, match=r"256 classes: Envoy Gateway allows 256 rules"):
+    with pytest.raises(ConfigError, match=r"256 classes: .* need 257 rate-limit rules, over Envoy Gateway's 256"):
         compile_budget_rules(make_budgets(classes=groups), 1)
 
 

@@ -8,6 +8,7 @@ for the stack file shown above it.
 from __future__ import annotations
 
 import re
+import types
 import typing
 from pathlib import Path
 
@@ -50,10 +51,17 @@ def _all_keys(model: type[BaseModel] = StackSettings, prefix: str = "") -> set[s
         alias = field.alias or name
         keys.add(prefix + alias)
         annotation = field.annotation
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(options) == 1:
+            annotation = options[0]  # `list[Limit] | None` documents like `list[Limit]`
         if typing.get_origin(annotation) is list:
             (item,) = typing.get_args(annotation)
             if isinstance(item, type) and issubclass(item, BaseModel):
                 keys |= _all_keys(item, f"{prefix}{alias}[].")
+        elif typing.get_origin(annotation) is dict:
+            _, item = typing.get_args(annotation)
+            if isinstance(item, type) and issubclass(item, BaseModel):
+                keys |= _all_keys(item, f"{prefix}{alias}.<{field.json_schema_extra['mapKey']}>.")
         elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
             keys |= _all_keys(annotation, f"{prefix}{alias}.")
     return keys
@@ -68,7 +76,11 @@ def test_every_key_of_every_model_has_a_row_and_a_description():
 
 def test_the_reference_shows_types_defaults_and_ranges():
     table = render_reference()
-    assert "| `budgets.default.tokens` | integer | required |" in table
+    assert "| `budgets.default.tokens` | integer | unset | Short form" in table
+    assert "| `budgets.default.limits[].per` | string | required |" in table
+    assert "| `budgets.classes[].limits[].usd` | number | unset |" in table
+    assert "| `prices` | map of maps | `{}` |" in table
+    assert "| `prices.<model>.input` | number | required | Fresh input tokens" in table
     assert "| `gateway.port` | integer | `80` | Listener port of the Gateway" in table
     assert "Range: 1 to 65,535." in table
     assert "| `redis.mode` | `in-cluster` \\| `external` | `in-cluster` |" in table

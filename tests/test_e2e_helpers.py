@@ -410,7 +410,7 @@ def test_admitted_calls_and_titles():
         "27th",
     ]
     assert checks.exhaustion_title(500, 200, "Day") == TITLES[3]
-    assert sorted(TITLES) == list(range(1, 11))
+    assert sorted(TITLES) == list(range(1, 14))
 
 
 def test_check_1_metering():

@@ -45,7 +45,11 @@ from tests.support.program import run_program, stack_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "agent-budgets"
-STACKS = ("dev", "prod")
+# A capture is a stack file, or a stack file with changes (its URNs name the stack it derives from).
+DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
+    "dev-suspended": ("dev", {"suspended": ["agents/actor-b"]}),
+}
+STACKS = ("dev", "prod", "dev-suspended")
 # Stack files whose providers need keys: fake values, shaped like real ones (so a leak would be caught).
 STACK_SECRETS: dict[str, dict[str, str]] = {
     "prod": {
@@ -75,9 +79,10 @@ class Captured:
 
 @functools.cache
 def _capture(stack: str) -> tuple[tuple[str, str, str], ...]:
-    if not (ROOT / f"Pulumi.{stack}.yaml").exists():
-        pytest.skip(f"Pulumi.{stack}.yaml is not in the repository")
-    run = run_program(stack_config(stack), secrets=STACK_SECRETS.get(stack), stack=stack)
+    base, changes = DERIVED.get(stack, (stack, {}))
+    if not (ROOT / f"Pulumi.{base}.yaml").exists():
+        pytest.skip(f"Pulumi.{base}.yaml is not in the repository")
+    run = run_program({**stack_config(base), **changes}, secrets=STACK_SECRETS.get(base), stack=base)
     return tuple((r.type, r.name, json.dumps(r.inputs)) for r in run.resources if r.custom)
 
 
@@ -111,7 +116,8 @@ def engine_value(value: Any) -> Any:
 
 
 def urn(stack: str, resource: Captured) -> str:
-    return f"urn:pulumi:{stack}::{PROJECT}::{resource.type}::{resource.name}"
+    base = DERIVED.get(stack, (stack, {}))[0]
+    return f"urn:pulumi:{base}::{PROJECT}::{resource.type}::{resource.name}"
 
 
 def options() -> PolicyResourceOptions:
@@ -183,6 +189,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "jwt-names-the-actor",
         "egress-reaches-only-the-gateway",
         "budget-rules-cover-each-actor-once",
+        "budget-costs-reported-by-every-route",
         "route-policies-merge-with-the-budget",
         "provider-keys-only-in-secrets",
     }
@@ -328,6 +335,11 @@ def _route_policy(
     return policy
 
 
+def _suspension_claim(resources: list[Captured]) -> dict[str, Any]:
+    authorization = _spec(resources, "SecurityPolicy")["authorization"]
+    return authorization["rules"][0]["principal"]["jwt"]["claims"][0]
+
+
 def _drop(resources: list[Captured], kind: str) -> None:
     resources.remove(find(resources, kind))
 
@@ -389,8 +401,8 @@ BROKEN: list[Broken] = [
         "request-charged",
         rules.budget_rules_charge_llm_tokens,
         "prod",
-        lambda rs: _budget_rules(rs)[1]["cost"]["request"].update(number=1),
-        "budget rule 1 charges the request",
+        lambda rs: _budget_rules(rs)[3]["cost"]["request"].update(number=1),
+        "budget rule 3 charges the request",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -398,23 +410,31 @@ BROKEN: list[Broken] = [
         rules.budget_rules_charge_llm_tokens,
         "dev",
         lambda rs: _budget_rules(rs)[0]["cost"]["response"]["metadata"].update(key="llm_input_token"),
-        "budget rule 0 does not charge the response's token count",
+        "budget rule 0 does not charge the response's token count or price",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "usd-limit-charges-a-key-no-route-reports",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[10]["cost"]["response"]["metadata"].update(key="llm_cost_usd"),
+        "budget rule 10 does not charge the response's token count or price",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
         "response-cost-missing",
         rules.budget_rules_charge_llm_tokens,
         "prod",
-        lambda rs: _budget_rules(rs)[2]["cost"].pop("response"),
-        "budget rule 2 does not charge the response's token count",
+        lambda rs: _budget_rules(rs)[6]["cost"].pop("response"),
+        "budget rule 6 does not charge the response's token count or price",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
         "class-without-distinct",
         rules.budget_rules_charge_llm_tokens,
         "prod",
-        lambda rs: _budget_rules(rs)[1]["clientSelectors"][0]["headers"].pop(0),
-        "budget rule 1 has no Distinct match on x-actor-id",
+        lambda rs: _budget_rules(rs)[3]["clientSelectors"][0]["headers"].pop(0),
+        "budget rule 3 has no Distinct match on x-actor-id",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -439,16 +459,16 @@ BROKEN: list[Broken] = [
         "distinct-with-a-value",
         rules.budget_rules_charge_llm_tokens,
         "prod",
-        lambda rs: _budget_rules(rs)[1]["clientSelectors"][0]["headers"][0].update(value="actor/agents/coder-1"),
-        "global rate-limit rule 1 header match 0 (x-actor-id) is a Distinct match with a value",
+        lambda rs: _budget_rules(rs)[3]["clientSelectors"][0]["headers"][0].update(value="actor/agents/coder-1"),
+        "global rate-limit rule 3 header match 0 (x-actor-id) is a Distinct match with a value",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
         "class-regex-without-a-value",
         rules.budget_rules_charge_llm_tokens,
         "prod",
-        lambda rs: _budget_rules(rs)[2]["clientSelectors"][0]["headers"][1].pop("value"),
-        "global rate-limit rule 2 header match 1 (x-actor-id) is a RegularExpression match without a value",
+        lambda rs: _budget_rules(rs)[6]["clientSelectors"][0]["headers"][1].pop("value"),
+        "global rate-limit rule 6 header match 1 (x-actor-id) is a RegularExpression match without a value",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -680,7 +700,7 @@ BROKEN: list[Broken] = [
                 ],
             }
         ),
-        "actor agents/actor-b falls in 2 budget rules (0, 1)",
+        "actor agents/actor-b falls in the rules of 2 budgets (0, 1)",
         "urn:pulumi:dev::agent-budgets::kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy",
     ),
     Broken(
@@ -688,9 +708,19 @@ BROKEN: list[Broken] = [
         rules.budget_rules_cover_each_actor_once,
         "prod",
         lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(value=MATCHES_NOTHING),
-        "falls in 2 budget rules (0, ",
+        "falls in the rules of 2 budgets (0, ",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
-        count=3,  # coder-1, coder-2 and nightly-batch
+        count=4,  # coder-1, coder-2, nightly-batch and research-1
+    ),
+    Broken(
+        "research-member-left-in-the-default",
+        rules.budget_rules_cover_each_actor_once,
+        "prod",
+        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(
+            value="^actor/(?:agents/(?:coder-1|coder-2|nightly-batch))$"
+        ),
+        "actor agents/research-1 falls in the rules of 2 budgets (0, 9, 10, 11)",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
         "default-rule-admits-nobody",
@@ -713,10 +743,10 @@ BROKEN: list[Broken] = [
         "too-many-selectors",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _budget_rules(rs)[1]["clientSelectors"].extend(
+        lambda rs: _budget_rules(rs)[3]["clientSelectors"].extend(
             {"headers": [{"name": "x-actor-id", "type": "RegularExpression", "value": ".*"}]} for _ in range(8)
         ),
-        "rule 1 has 9 client selectors, over Envoy Gateway's 8",
+        "rule 3 has 9 client selectors, over Envoy Gateway's 8",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -771,6 +801,76 @@ BROKEN: list[Broken] = [
         lambda rs: _drop(rs, "BackendTrafficPolicy"),
         "no BackendTrafficPolicy has a global rate-limit rule keyed on x-actor-id",
         "no agent has a token budget",
+    ),
+    # -- every route reports what the budget rules charge
+    Broken(
+        "route-without-the-usd-cost",
+        rules.budget_costs_reported_by_every_route,
+        "prod",
+        lambda rs: _spec(rs, "AIGatewayRoute", "gpt")["llmRequestCosts"].pop(1),
+        "reports no agent_budgets_usd_mills in llmRequestCosts, but budget rule(s) [10, 11]",
+        "urn:pulumi:prod::agent-budgets::kubernetes:aigateway.envoyproxy.io/v1beta1:AIGatewayRoute::aigatewayroute-gpt",
+    ),
+    Broken(
+        "route-computes-the-price-as-total-tokens",
+        rules.budget_costs_reported_by_every_route,
+        "prod",
+        lambda rs: _spec(rs, "AIGatewayRoute", "claude")["llmRequestCosts"][1].update(type="TotalToken"),
+        "computes agent_budgets_usd_mills as TotalToken",
+        "AIGatewayRoute agent-budgets/claude",
+    ),
+    Broken(
+        "route-without-the-token-cost",
+        rules.budget_costs_reported_by_every_route,
+        "dev",
+        lambda rs: _spec(rs, "AIGatewayRoute", "mock-large").update(llmRequestCosts=[]),
+        "reports no llm_total_token in llmRequestCosts, but budget rule(s) [0]",
+        "AIGatewayRoute agent-budgets/mock-large",
+    ),
+    # -- the kill switch on the JWT SecurityPolicy
+    Broken(
+        "suspension-without-default-action",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"].pop("defaultAction"),
+        "authorization has no defaultAction, and Envoy Gateway's default is Deny",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "suspension-default-deny",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"].update(defaultAction="Deny"),
+        "authorization.defaultAction is Deny",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "suspension-of-bare-actor-ids",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _suspension_claim(rs).update(values=["agents/actor-b"]),
+        "denies subjects ['agents/actor-b'] that no actor token carries",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "suspension-reads-another-provider",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][0]["principal"]["jwt"].update(
+            provider="someone-else"
+        ),
+        "reads claims of JWT provider 'someone-else', which this policy does not define",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "suspension-after-an-allow-rule",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"].insert(
+            0, {"name": "office", "action": "Allow", "principal": {"clientCIDRs": ["10.0.0.0/8"]}}
+        ),
+        "comes after Allow rule(s) [0]",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
     ),
     # -- a route-level BackendTrafficPolicy merges into the Gateway's budget policy
     Broken(
@@ -1010,7 +1110,7 @@ def test_a_non_shared_budget_rule_is_reported_and_still_counted_by_the_coverage_
     assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
     _budget_rules(resources)[-1]["clientSelectors"] = [{"headers": [dict(_DISTINCT)]}]
     covered_twice = validate(rules.budget_rules_cover_each_actor_once, "dev", resources)
-    assert covered_twice and all("falls in 2 budget rules (0, 1)" in line for line in covered_twice)
+    assert covered_twice and all("falls in the rules of 2 budgets (0, 1)" in line for line in covered_twice)
 
 
 def test_a_rejected_header_match_whose_value_is_unknown_during_preview_is_skipped():
@@ -1233,3 +1333,20 @@ def test_the_pack_checks_the_whole_stack_over_the_analyzer_protocol(analyzer):
     assert analyze_stack() == []
     _drop(resources, "SecurityPolicy")
     assert analyze_stack() == ["budget-rules-cover-each-actor-once"]
+
+
+def test_the_limit_slots_annotation_groups_a_budget_s_rules_and_its_absence_is_read_strictly():
+    """prod's research class has three limits (rules 9-11, limitSlots 3): one budget. Without the policy's
+    limit-slots annotation each rule is read as a budget of its own, so the member counts as covered three
+    times; an unreadable annotation is read the same strict way."""
+    resources = captured("prod")
+    assert validate(rules.budget_rules_cover_each_actor_once, "prod", resources) == []
+    annotations = find(resources, "BackendTrafficPolicy").inputs["metadata"]["annotations"]
+    assert annotations == {"agent-budgets.dev/limit-slots": "3"}
+    for value in (None, "three", "0", "99"):
+        if value is None:
+            annotations.pop("agent-budgets.dev/limit-slots", None)
+        else:
+            annotations["agent-budgets.dev/limit-slots"] = value
+        [violation] = validate(rules.budget_rules_cover_each_actor_once, "prod", resources)
+        assert "actor agents/research-1 falls in the rules of 3 budgets (9, 10, 11)" in violation

@@ -182,8 +182,11 @@ def test_stack_outputs_hold_no_secret(real):
     assert real.outputs["budgetRules"][1] == {
         "rule": 1,
         "budget": "class:large",
-        "tokens": 1_000_000,
+        "limit": 0,
+        "unit": "tokens",
+        "amount": 1_000_000,
         "per": "Day",
+        "requests": 1_000_000,
         "members": 1,
     }
 

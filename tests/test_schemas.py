@@ -41,7 +41,30 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     insecure["substrate"] = {"trust": {"mode": "insecureSkipVerify"}}
     insecure["gateway"] = {"smallCluster": False, "port": 8080, "requestBufferLimit": "100Mi"}
     keys = {"openaiApiKey": OPENAI_KEY, "anthropicApiKey": ANTHROPIC_KEY}
-    return {"dev": (dev, {}), "real": (real, keys), "insecure-idp": (insecure, {})}
+    # Money budgets, several windows and suspended actors: CEL costs on every route, usd rules with their
+    # extra match, reserved rule slots, the SecurityPolicy's authorization and the BTP's responseOverride.
+    money = copy.deepcopy(real)
+    money["actors"] = real["actors"] + [f"lab/suspended-{i:03d}" for i in range(130)]
+    money["budgets"] = {
+        "default": {"limits": [{"tokens": 100_000, "per": "Day"}, {"usd": 2.5, "per": "Month"}]},
+        "classes": [
+            {
+                "name": "research",
+                "limits": [{"tokens": 200_000, "per": "Hour"}, {"usd": 5, "per": "Day"}, {"usd": 50, "per": "Month"}],
+                "actors": real["actors"][:5],
+            },
+            {"name": "solo", "usd": 0.01, "per": "Week", "actors": ["lab/bot-1"]},
+        ],
+    }
+    money["budgetPolicy"] = {"limitSlots": 3}
+    money["prices"] = {
+        "gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.60},
+        "claude-sonnet-4": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15},
+        "claude-haiku": {"input": 0.8, "output": 4},
+        "mock-model": {"input": 10, "output": 20},
+    }
+    money["suspended"] = ["agents/actor-7", *[f"lab/suspended-{i:03d}" for i in range(130)]]
+    return {"dev": (dev, {}), "real": (real, keys), "insecure-idp": (insecure, {}), "money": (money, keys)}
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +102,24 @@ def test_every_custom_resource_meets_its_crd(catalog, custom_objects):
             failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {report.errors}")
     assert failures == []
     assert evaluated > 0, "no CEL rule was evaluated: the validator is not looking"
+
+
+def test_the_money_variant_exercises_every_new_field(catalog):
+    """Guard against a vacuous pass: the objects checked above really hold CEL costs and the kill switch."""
+    config, secrets = variants()["money"]
+    objects = [r.as_object() for r in run_program(config, secrets=secrets).custom_resources()]
+    routes = [o for o in objects if o["kind"] == "AIGatewayRoute"]
+    assert routes and all([c["type"] for c in o["spec"]["llmRequestCosts"]] == ["TotalToken", "CEL"] for o in routes)
+    [security] = [o for o in objects if o["kind"] == "SecurityPolicy"]
+    assert [len(r["principal"]["jwt"]["claims"][0]["values"]) for r in security["spec"]["authorization"]["rules"]] == [
+        128,
+        3,
+    ]
+    [btp] = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
+    assert len(btp["spec"]["responseOverride"]) == 2
+    assert len(btp["spec"]["rateLimit"]["global"]["rules"]) == 7  # 3 + 3 + 1 (solo): one reserved slot
+    for obj in (security, btp, *routes):
+        assert catalog.validate(obj).errors == []
 
 
 def test_the_validator_would_catch_a_broken_budget_rule(catalog, custom_objects):

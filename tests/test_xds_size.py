@@ -289,3 +289,94 @@ def test_each_exclusion_slot_lengthens_every_default_counter_key():
     per_slot_key = (large.counter_key_bytes - small.counter_key_bytes) / 8
     assert len("_rule-0-match-9_rule-0-match-9") <= per_slot_key <= len("_rule-0-match-16_rule-0-match-16")
     assert large.route_bytes > small.route_bytes and large.members_capacity == 2 * small.members_capacity
+
+
+# --- the suspension's RBAC per-route config ------------------------------------------------------------
+
+
+def _rbac_per_route(authorization):
+    """RBACPerRoute as Envoy Gateway v1.9.0 builds it (internal/xds/translator/authorization.go
+    `buildRBACPerRoute`, `buildJWTPredicate`), for rules whose principal is one String JWT claim."""
+    from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
+    from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+    from envoy.extensions.matching.common_inputs.network.v3 import network_inputs_pb2
+    from envoy.extensions.matching.input_matchers.metadata.v3 import metadata_pb2 as metadata_matcher
+    from envoy.type.matcher.v3 import value_pb2
+    from xds.core.v3 import extension_pb2
+    from xds.type.matcher.v3 import matcher_pb2
+
+    def any_of(message):
+        packed = any_pb2.Any()
+        packed.Pack(message)
+        return packed
+
+    def action(allow, name):
+        verdict = rbac_config.Action(name="ALLOW" if allow else "DENY", action=0 if allow else 1)
+        return matcher_pb2.Matcher.OnMatch(
+            action=extension_pb2.TypedExtensionConfig(name=name, typed_config=any_of(verdict))
+        )
+
+    Predicate = matcher_pb2.Matcher.MatcherList.Predicate  # noqa: N806
+    field_matchers = []
+    for rule in authorization["rules"]:
+        jwt = rule["principal"]["jwt"]
+        [claim] = jwt["claims"]
+        path = [
+            network_inputs_pb2.DynamicMetadataInput.PathSegment(key=key)
+            for key in (jwt["provider"], *claim["name"].split("."))
+        ]
+        metadata_input = network_inputs_pb2.DynamicMetadataInput(filter="envoy.filters.http.jwt_authn", path=path)
+        singles = [
+            Predicate(
+                single_predicate=Predicate.SinglePredicate(
+                    input=extension_pb2.TypedExtensionConfig(name="claim", typed_config=any_of(metadata_input)),
+                    custom_match=extension_pb2.TypedExtensionConfig(
+                        name="claim_matcher",
+                        typed_config=any_of(
+                            metadata_matcher.Metadata(
+                                value=value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=value))
+                            )
+                        ),
+                    ),
+                )
+            )
+            for value in claim["values"]
+        ]
+        predicate = (
+            singles[0] if len(singles) == 1 else Predicate(or_matcher=Predicate.PredicateList(predicate=singles))
+        )
+        field_matchers.append(
+            matcher_pb2.Matcher.MatcherList.FieldMatcher(
+                predicate=predicate, on_match=action(rule["action"] == "Allow", rule["name"])
+            )
+        )
+    matcher = matcher_pb2.Matcher(
+        matcher_list=matcher_pb2.Matcher.MatcherList(matchers=field_matchers),
+        on_no_match=action(authorization["defaultAction"] == "Allow", "default"),
+    )
+    return rbac_pb2.RBACPerRoute(rbac=rbac_pb2.RBAC(matcher=matcher))
+
+
+@pytest.mark.parametrize("suspended", [1, 2, 128, 300])
+def test_the_suspension_s_rbac_config_matches_the_real_protos(suspended):
+    from core.suspension import suspension_authorization
+
+    actors = [f"agents/actor-{i:04d}" for i in range(suspended)]
+    authorization = suspension_authorization(actors, "agent-substrate")
+    route = route_pb.Route()
+    route.typed_per_filter_config["envoy.filters.http.rbac"].Pack(_rbac_per_route(authorization))
+    assert xds_size.authorization_route_bytes(authorization) == route.ByteSize()
+    assert xds_size.authorization_route_bytes(None) == 0
+
+
+def test_suspensions_count_on_every_envoy_route_of_the_message():
+    from core.suspension import suspension_authorization
+
+    rules = compile_budget_rules(BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}}), 32)
+    layout = xds_size.RouteLayout(model_routes=40, catch_all_routes=4, providers=2)
+    plain = xds_size.estimate_message(NS, NAME, rules.specs(), layout)
+    authorization = suspension_authorization([f"agents/a-{i}" for i in range(50)], "agent-substrate")
+    suspended = xds_size.estimate_message(NS, NAME, rules.specs(), layout, authorization)
+    per_route = xds_size.authorization_route_bytes(authorization)
+    assert suspended.total_bytes - plain.total_bytes == 44 * per_route
+    assert "44 route(s) x" in suspended.describe() and "of suspension rules" in suspended.describe()

@@ -7,6 +7,7 @@ gather observations; the unit suite feeds these functions canned ones.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from .counters import CounterReading
@@ -26,6 +27,9 @@ TITLES: dict[int, str] = {
     8: "With a class giving actor-b 5,000 tokens, actor-b is held to its own limit and actor-a to the default",
     9: "A Redis restart keeps spent budgets: actor-a's counter and its 429 boundary are unchanged",
     10: "With the rate-limit store unreachable, the fail-open stack admits a call and fail-closed refuses it",
+    11: "A usd class limit refuses actor-b's call after the one that crosses it; each call is charged its price",
+    12: "A class with two windows is refused by the smaller one; every call charges both",
+    13: "A suspended actor gets 403 saying so, with its counters untouched; lifted, it is admitted again",
 }
 
 FAIL_CLOSED_STATUS = 500
@@ -339,3 +343,99 @@ def judge_fail_mode(
         f"{who}'s call with the store down (fail-closed): expected HTTP {FAIL_CLOSED_STATUS}, "
         f"got {describe_outcome(closed_call)}",
     )
+
+
+# --- 11-13: money, windows, suspension ------------------------------------------------------------
+
+
+def judge_usd_limit(
+    v: Verdict,
+    config_line: str,
+    member: str,
+    calls: Sequence[Call],
+    limit_mills: int,
+    mills_per_call: int,
+    tokens_per_call: int,
+    counter_mills: int,
+) -> None:
+    """Check 11: a usd limit counts mills; N mills at C a call admit floor(N/C) + 1 calls."""
+    admitted = admitted_calls(limit_mills, mills_per_call)
+    v.note(config_line)
+    v.note(
+        f"{short_name(member)}: each call costs {mills_per_call} mills (rounded up); "
+        f"{thousands(limit_mills)} mills admit {admitted} calls"
+    )
+    for line in run_lines(member, calls):
+        v.note(line)
+    v.note(f"{short_name(member)} usd counter: {thousands(counter_mills)} mills")
+    _expect_admitted_then_429(v, member, calls, admitted, tokens_per_call)
+    v.expect_equal(f"{short_name(member)} usd counter (mills)", counter_mills, admitted * mills_per_call)
+
+
+def judge_windows(
+    v: Verdict,
+    config_line: str,
+    member: str,
+    calls: Sequence[Call],
+    small: tuple[int, int],
+    large: tuple[int, int],
+    per_call: int,
+    counters_by_rule: Mapping[int, int],
+) -> None:
+    """Check 12: (rule index, limit) of the smaller and the larger window; every admitted call charges both."""
+    (small_rule, small_limit), (large_rule, large_limit) = small, large
+    admitted = admitted_calls(small_limit, per_call)
+    v.note(config_line)
+    v.note(
+        f"{short_name(member)}: the smaller window ({thousands(small_limit)} tokens) admits {admitted} calls; "
+        f"the larger one ({thousands(large_limit)}) would admit {admitted_calls(large_limit, per_call)}"
+    )
+    for line in run_lines(member, calls):
+        v.note(line)
+    v.note(f"{short_name(member)} counters by rule: {dict(sorted(counters_by_rule.items()))}")
+    _expect_admitted_then_429(v, member, calls, admitted, per_call)
+    spent = admitted * per_call
+    v.expect_equal(f"rule {small_rule} (smaller window) counter", counters_by_rule.get(small_rule), spent)
+    v.expect_equal(f"rule {large_rule} (larger window) counter", counters_by_rule.get(large_rule), spent)
+    v.expect(spent <= large_limit, f"the larger window is over too ({spent} > {large_limit}): the check proves nothing")
+
+
+def error_text(body: str) -> str:
+    """An OpenAI-style error body as `<code>: <message>`; anything else as a one-line excerpt."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, Mapping) and error.get("code"):
+        return excerpt(f"{error.get('code')}: {error.get('message', '')}", 200)
+    return excerpt(body, 160)
+
+
+def judge_suspension(
+    v: Verdict,
+    member: str,
+    other: str,
+    first: Call,
+    refused: Call,
+    other_call: Call,
+    readmitted: Call,
+    spent: Sequence[int],
+    per_call: int,
+) -> None:
+    """Check 13: spent = the member's counters after its first call, during the suspension, after it was
+    lifted (before its next call) and after that call."""
+    before, during, lifted, after = spent
+    who, bystander = short_name(member), short_name(other)
+    v.note(f"{who} call before the suspension: {format_call(first)}")
+    v.note(f"{who} call while suspended: HTTP {refused.status} {error_text(refused.body)}")
+    v.note(f"{bystander} call meanwhile: {format_call(other_call)}")
+    v.note(f"{who} call after the suspension is lifted: {format_call(readmitted)}")
+    v.note(f"{who} counter: {before} -> {during} (suspended) -> {lifted} (lifted) -> {after}")
+    _expect_ok(v, f"{who} before the suspension", first, per_call)
+    v.expect(refused.status == 403, f"{who} while suspended: expected HTTP 403, got {describe_outcome(refused)}")
+    v.expect("actor_suspended" in refused.body, f"{who} while suspended: the body does not say so: {refused.body!r}")
+    _expect_ok(v, f"{bystander} while {who} is suspended", other_call, per_call)
+    v.expect_equal(f"{who} counter while suspended (untouched)", during, before)
+    v.expect_equal(f"{who} counter once lifted (spent budget kept)", lifted, before)
+    _expect_ok(v, f"{who} after the suspension", readmitted, per_call)
+    v.expect_equal(f"{who} counter after its next call", after, before + per_call)

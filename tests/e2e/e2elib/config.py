@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from core import platform_values as platform
-from core.manifests import BUDGET_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
+from core.manifests import BUDGET_POLICY_NAME, JWT_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
@@ -75,6 +75,7 @@ class Settings:
     ratelimit_deployment: str = platform.RATELIMIT_CONTAINER
     policy_namespace: str = _GATEWAY.namespace
     policy_name: str = BUDGET_POLICY_NAME
+    jwt_policy_name: str = JWT_POLICY_NAME
     redis_namespace: str = _REDIS.namespace
     redis_statefulset: str = platform.REDIS_NAME
     redis_pod: str = f"{platform.REDIS_NAME}-0"
@@ -141,12 +142,12 @@ def read_stack_file(text: str, project: str = PROJECT) -> StackSettings:
 def stack_values(stack: StackSettings) -> dict[str, object]:
     """What the checks need from the stack's settings: every model name, the mock's tokens per call, the
     default budget and the fail mode."""
-    default = stack.budgets.default
+    first = stack.budgets.default.limit_list()[0]  # the checks meter tokens: the default's first limit
     return {
         "models": tuple(model for route in stack.routes for model in route.models),
         "tokens_per_call": stack.mock_model.total_tokens,
-        "default_tokens": default.tokens,
-        "default_per": default.per,
+        "default_tokens": first.tokens or 0,
+        "default_per": first.per,
         "fail_closed": stack.rate_limit.fail_closed,
     }
 

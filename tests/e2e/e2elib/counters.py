@@ -12,6 +12,7 @@ inside the pod, read from the exec's stdin: never on a command line, never print
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,21 @@ class CounterReading:
     @property
     def total(self) -> int:
         return sum(value for _, value in self.keys)
+
+    def by_rule(self, domain: str) -> dict[int, int]:
+        """Each budget rule's counter of this actor, by rule index (one key per rule and window).
+
+        A shared rule's first descriptor entry is `<domain>/rule/<index>` (Envoy Gateway v1.9.0
+        internal/xds/translator/ratelimit.go), so the key holds `_<domain>/rule/<index>_`.
+        """
+        pattern = re.compile(rf"_{re.escape(domain)}/rule/(\d+)_")
+        totals: dict[int, int] = {}
+        for key, value in self.keys:
+            match = pattern.search(key)
+            if match:
+                index = int(match.group(1))
+                totals[index] = totals.get(index, 0) + value
+        return totals
 
 
 def parse_script_output(text: str, patterns: int) -> list[list[tuple[str, int]]]:

@@ -71,16 +71,20 @@ class LiveEnv:
     def call(self, actor: str, **spec: Any) -> Call:
         return self.probe.call(actor, **spec)
 
-    def run_calls(self, actor: str, count: int, **spec: Any) -> list[Call]:
+    def run_calls(self, actor: str, count: int, charge_per_call: int | None = None, **spec: Any) -> list[Call]:
         """count calls in a row; after each admitted one, waits for its charge to land before the
-        next, so a refusal is decided on the real spend and not on a charge still in flight."""
+        next, so a refusal is decided on the real spend and not on a charge still in flight.
+
+        charge_per_call is how much an admitted call adds to the sum of the actor's counters (default:
+        the tokens of one call, for an actor with one tokens limit)."""
+        per_call = self.settings.tokens_per_call if charge_per_call is None else charge_per_call
         calls: list[Call] = []
         charged = self.totals(actor)[actor]
         for _ in range(count):
             call = self.call(actor, **spec)
             calls.append(call)
             if call.status == 200:
-                charged += self.settings.tokens_per_call
+                charged += per_call
                 self.wait_totals({actor: charged})
         return calls
 
@@ -115,6 +119,14 @@ class LiveEnv:
             raise RuntimeError(f"BackendTrafficPolicy {s.policy_namespace}/{s.policy_name} is not Accepted")
         self.kube.rollout_restart(s.gateway_namespace, s.ratelimit_deployment)
         time.sleep(3.0)
+
+    def settle_policies(self) -> None:
+        """After `pulumi up` changed the SecurityPolicy too (suspensions): wait for it to be accepted as
+        well, then settle the budget policy; Envoy gets both in the same xDS update."""
+        s = self.settings
+        if not self.kube.wait_policy_accepted(s.policy_namespace, "securitypolicy", s.jwt_policy_name):
+            raise RuntimeError(f"SecurityPolicy {s.policy_namespace}/{s.jwt_policy_name} is not Accepted")
+        self.settle_policy()
 
     def settle_gateway(self) -> None:
         """After `pulumi up` changed Envoy Gateway's own configuration (e.g. rateLimit.failClosed): the eg

@@ -98,6 +98,17 @@ def config_assignments(value: Any, prefix: str) -> list[tuple[str, str]]:
     raise ValueError(f"{prefix}: cannot set a {type(value).__name__} with --path")
 
 
+def float_leaves(value: Any, prefix: str) -> set[str]:
+    """The paths of `config_assignments(value, prefix)` that hold floats: `pulumi config set --path`
+    stores an untyped leaf as a bool or an integer when it parses as one and as text otherwise
+    (pulumi/pulumi sdk/go/common/resource/config/value.go `coerce`), so a float needs `--type float`."""
+    if isinstance(value, dict):
+        return {path for key, item in value.items() for path in float_leaves(item, prefix + _segment(str(key)))}
+    if isinstance(value, list):
+        return {path for index, item in enumerate(value) for path in float_leaves(item, f"{prefix}[{index}]")}
+    return {prefix} if isinstance(value, float) else set()
+
+
 def pulumi_env(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
     env = dict(environ)
     env["PULUMI_BACKEND_URL"] = f"file://{settings.root / '.state'}"
@@ -161,6 +172,81 @@ class StackConfig:
 
     def up(self) -> None:
         check(self.pulumi("up", "--yes", "--skip-preview", timeout=1800.0), "pulumi up")
+
+    # Any top-level key (prices, suspended, budgetPolicy, ...), not only budgets.
+
+    def get_value(self, key: str) -> Any:
+        """`agent-budgets:<key>` as the stack holds it, or UNSET when the stack does not set it."""
+        result = self.pulumi("config", "get", key, "--json")
+        if result.returncode != 0 and "not found" in (result.stderr + result.stdout):
+            return UNSET
+        return parse_config_json(check(result, f"pulumi config get {key}").stdout)
+
+    def set_value(self, key: str, value: Any) -> None:
+        """Replaces `agent-budgets:<key>`: `pulumi config rm` (when set), then one `set --path` per leaf."""
+        if self.get_value(key) is not UNSET:
+            check(self.pulumi("config", "rm", key), f"pulumi config rm {key}")
+        floats = float_leaves(value, key)
+        for path, leaf in config_assignments(value, key):
+            typed = ("--type", "float") if path in floats else ()
+            check(self.pulumi("config", "set", "--path", *typed, path, leaf), f"pulumi config set --path {path}")
+
+    def restore_values(self, originals: Mapping[str, Any], snapshot: bytes | None) -> None:
+        """Puts saved keys back: the stack file byte for byte when there is one, then each key checked
+        (and set again, or removed, when the file alone did not do it)."""
+        if snapshot is not None:
+            self.stack_file.write_bytes(snapshot)
+        wrong: list[str] = []
+        for key, original in originals.items():
+            if self.get_value(key) == original:
+                continue
+            if original is UNSET:
+                check(self.pulumi("config", "rm", key), f"pulumi config rm {key}")
+            else:
+                self.set_value(key, original)
+            now = self.get_value(key)
+            if now != original:
+                wrong.append(f"agent-budgets:{key} should be {describe_value(original)} (it is {describe_value(now)})")
+        if wrong:
+            raise RuntimeError("could not restore the stack configuration; set it back by hand: " + "; ".join(wrong))
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<not set>"
+
+
+UNSET: Any = _Unset()
+
+
+def describe_value(value: Any) -> str:
+    return "not set" if value is UNSET else json.dumps(value)
+
+
+@contextmanager
+def stack_changes(
+    stack: StackConfig,
+    changes: Mapping[str, Any],
+    settle: Callable[[], None],
+    log: Callable[[str], None] = print,
+) -> Iterator[dict[str, Any]]:
+    """Sets several `agent-budgets:*` keys and runs `pulumi up`; afterwards, also when the body fails,
+    restores every key (the stack file byte for byte) and runs `pulumi up` again. Yields the original
+    value of each key (UNSET for a key the stack did not set)."""
+    originals = {key: stack.get_value(key) for key in changes}
+    snapshot = stack.snapshot()
+    log(f"stack config: setting {', '.join(f'{k}={json.dumps(v)}' for k, v in changes.items())}; pulumi up")
+    try:
+        for key, value in changes.items():
+            stack.set_value(key, value)
+        stack.up()
+        settle()
+        yield originals
+    finally:
+        log(f"stack config: restoring {', '.join(changes)}; pulumi up")
+        stack.restore_values(originals, snapshot)
+        stack.up()
+        settle()
 
 
 @contextmanager

@@ -1,0 +1,284 @@
+"""Money budgets: the integer unit a `usd` limit counts in, and the CEL that prices every call in it.
+
+Pure functions over plain data (no Pulumi, no settings models), shared by the settings validation,
+the budget rules, the route manifests, the policy pack and the tests.
+
+How a call is priced (facts from upstream, each checked in source):
+
+* Agent Router evaluates a route's `llmRequestCosts` entry of `type: CEL` once per response, at the
+  end of the body or stream, and stores the result under its `metadataKey` in the dynamic-metadata
+  namespace `io.envoy.ai_gateway` (envoyproxy/ai-gateway v1.1.0 `internal/extproc/processor_impl.go`
+  `buildDynamicMetadata`, `evalCost`). The expression sees `model` (the `x-ai-eg-model` header, i.e.
+  the model name the agent sent, before any `modelNameOverride`), `backend`, `route_name` and the
+  unsigned integers `input_tokens`, `cached_input_tokens`, `cache_creation_input_tokens`,
+  `output_tokens`, `total_tokens`, `reasoning_tokens`; it must return a non-negative int or uint
+  (`internal/llmcostcel/cel.go` `NewProgram`, `EvaluateProgram`). The controller compiles it and
+  evaluates it once with `model == "dummy"` and every count 0; an expression that fails there is
+  refused. A failed evaluation at run time fails the whole metadata build, so this expression never
+  errors: no unsigned underflow, no overflow, no missing map key (the tests prove it at the extremes).
+* `input_tokens` already counts every input token, cache reads and cache writes included:
+  - OpenAI schema: `usage.prompt_tokens` (which OpenAI documents as including
+    `prompt_tokens_details.cached_tokens`); cached = `prompt_tokens_details.cached_tokens`, cache
+    writes = `prompt_tokens_details.cache_creation_input_tokens` (absent from OpenAI itself, 0);
+    output = `completion_tokens`, which includes `completion_tokens_details.reasoning_tokens`
+    (ai-gateway v1.1.0 `internal/translator/openai_openai.go`).
+  - Anthropic schema: Anthropic reports `input_tokens` *without* the cache, so Agent Router adds
+    `cache_read_input_tokens` and `cache_creation_input_tokens` into its `input_tokens`
+    (`internal/metrics/metrics.go` `ExtractTokenUsageFromExplicitCaching`, used by
+    `internal/translator/anthropic_helper.go` and `anthropic_anthropic.go`); `output_tokens` includes
+    thinking tokens, which Agent Router also reports as `reasoning_tokens`.
+  So the fresh (uncached) input is `input_tokens - cached_input_tokens - cache_creation_input_tokens`,
+  and reasoning tokens are already in `output_tokens`: both providers bill them as output. Charging
+  `reasoning_tokens` again would double-charge them.
+
+The unit: one **mill**, a thousandth of a dollar ($0.001). A `usd` limit of at most $1,000,000 is at
+most 1,000,000,000 mills, inside the rate limit's uint32 `requests`. Each call's cost is computed
+exactly in picodollars and rounded **up** to whole mills once, so a call is overcharged by less than
+$0.001 and never charged less than it cost. One call is charged at most 1,000,000,000 mills: Envoy
+drops a descriptor whose `hits_addend` is above 1e9 (envoy
+`source/extensions/filters/common/ratelimit_config/ratelimit_config.cc`, `MAX_HITS_ADDEND`), which
+would make the call free, so the expression clamps there instead.
+
+Prices are USD per 1,000,000 tokens, held as integer microdollars per 1,000,000 tokens (picodollars
+per token): a price has at most 6 decimal places, and the smallest non-zero price the unit carries is
+$0.000001 per 1,000,000 tokens. The largest is $1,000 per 1,000,000 tokens, which keeps the sum of
+four `uint32 * price` products plus the rounding term below 2^64 (see `WORST_CASE_PICODOLLARS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+USD_METADATA_KEY = "agent_budgets_usd_mills"
+"""The dynamic-metadata key (namespace io.envoy.ai_gateway) holding a call's cost in mills."""
+
+MILLS_PER_USD = 1000
+USD_PER_MILL = Decimal("0.001")
+MIN_USD_LIMIT = Decimal("0.01")
+MAX_USD_LIMIT = Decimal("1000000")
+UINT32_MAX = 4_294_967_295
+"""Envoy Gateway v1.9 `RateLimitValue.requests` (api/v1alpha1/ratelimit_types.go)."""
+
+PRICE_SCALE = 1_000_000
+"""Prices are stored as integer microdollars per 1,000,000 tokens, i.e. picodollars per token."""
+SMALLEST_PRICE = Decimal(1) / PRICE_SCALE
+MAX_PRICE = Decimal(1000)
+PICODOLLARS_PER_MILL = 10**12 // MILLS_PER_USD
+MAX_MILLS_PER_CALL = 1_000_000_000
+"""Envoy's `MAX_HITS_ADDEND`: a larger per-call charge is dropped, not applied."""
+
+PRICE_FIELDS = ("input", "cachedInput", "cacheWrite", "output")
+"""The configuration names of a model's prices, in the order the CEL price lists use."""
+
+# CEL parsers refuse longer expressions by default (cel-cpp parser/options.h
+# kExpressionSizeCodepointLimit; cel-go's parser has the same ExpressionSizeCodePointLimit option).
+MAX_CEL_CODE_POINTS = 100_000
+
+_TOKEN_COUNT_MAX = UINT32_MAX  # Agent Router passes every count as a uint32
+WORST_CASE_PICODOLLARS = 4 * _TOKEN_COUNT_MAX * int(MAX_PRICE * PRICE_SCALE) + PICODOLLARS_PER_MILL - 1
+if MAX_USD_LIMIT * MILLS_PER_USD > UINT32_MAX or WORST_CASE_PICODOLLARS >= 2**64:  # pragma: no cover
+    raise ImportError("the money unit no longer fits the rate limit's uint32 or CEL's uint64")
+
+
+class MoneyError(ValueError):
+    """A price or amount the money unit cannot carry; the message says why and what to write instead."""
+
+
+def as_decimal(value: Any, what: str) -> Decimal:
+    """A configured number as an exact Decimal; refuses booleans, strings and non-finite values."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        raise MoneyError(f"{what} must be a number written without quotes, e.g. 2.50; got {value!r}")
+    try:
+        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    except InvalidOperation as error:  # pragma: no cover - every int/float/Decimal converts
+        raise MoneyError(f"{what} {value!r} is not a number") from error
+    if not number.is_finite():
+        raise MoneyError(f"{what} must be a finite number, got {value!r}")
+    return number
+
+
+def _fits_scale(number: Decimal, scale: int) -> bool:
+    return (number * scale) % 1 == 0
+
+
+def check_usd_limit(value: Any) -> Decimal:
+    """A `usd` limit amount: from $0.01 to $1,000,000, in whole mills (at most 3 decimal places)."""
+    amount = as_decimal(value, "usd")
+    if amount < MIN_USD_LIMIT or amount > MAX_USD_LIMIT:
+        raise MoneyError(
+            f"usd {value} is outside {MIN_USD_LIMIT} to {MAX_USD_LIMIT:,}: a budget needs at least a cent, and "
+            f"${MAX_USD_LIMIT:,} is the most the rate limit's counter holds in mills"
+        )
+    if not _fits_scale(amount, MILLS_PER_USD):
+        raise MoneyError(
+            f"usd {value} has more than 3 decimal places: money budgets count in mills ($0.001). "
+            f"Round it, e.g. to {amount.quantize(USD_PER_MILL, rounding=ROUND_HALF_UP)}"
+        )
+    return amount
+
+
+def usd_to_mills(amount: Decimal) -> int:
+    """A checked `usd` amount in mills, the unit of the rate-limit counter."""
+    return int(amount * MILLS_PER_USD)
+
+
+def mills_to_usd(mills: int) -> Decimal:
+    """A counter value (or limit) in mills, back in dollars."""
+    return Decimal(mills) * USD_PER_MILL
+
+
+def check_price(value: Any, what: str) -> Decimal:
+    """One price in USD per 1,000,000 tokens: 0, or from $0.000001 to $1,000 with at most 6 decimals."""
+    price = as_decimal(value, what)
+    if price < 0:
+        raise MoneyError(f"{what} {value} is negative: a price is what the provider charges, 0 or more")
+    if 0 < price < SMALLEST_PRICE:
+        raise MoneyError(
+            f"{what} {value} is below the smallest price the money unit carries, $0.000001 per 1,000,000 "
+            "tokens: it would price every call at 0. Write 0 for a free token kind, or use tokens limits "
+            "for this model"
+        )
+    if price > MAX_PRICE:
+        raise MoneyError(
+            f"{what} {value} is above ${MAX_PRICE:,} per 1,000,000 tokens, the most the cost expression "
+            "can multiply without overflowing: check the unit (prices are per 1,000,000 tokens)"
+        )
+    if not _fits_scale(price, PRICE_SCALE):
+        raise MoneyError(
+            f"{what} {value} has more than 6 decimal places: prices are exact to $0.000001 per 1,000,000 "
+            f"tokens. Write e.g. {price.quantize(SMALLEST_PRICE, rounding=ROUND_HALF_UP)}"
+        )
+    return price
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """What one model costs, in USD per 1,000,000 tokens of each kind (already checked)."""
+
+    input: Decimal
+    cached_input: Decimal
+    cache_write: Decimal
+    output: Decimal
+
+    @classmethod
+    def of(cls, input: Any, output: Any, cached_input: Any | None = None, cache_write: Any | None = None) -> ModelPrice:
+        """Checked prices; cache reads and writes cost the input price unless given."""
+        fresh = check_price(input, "input")
+        return cls(
+            input=fresh,
+            cached_input=fresh if cached_input is None else check_price(cached_input, "cachedInput"),
+            cache_write=fresh if cache_write is None else check_price(cache_write, "cacheWrite"),
+            output=check_price(output, "output"),
+        )
+
+    def scaled(self) -> tuple[int, int, int, int]:
+        """Picodollars per token: (input, cachedInput, cacheWrite, output)."""
+        return (
+            int(self.input * PRICE_SCALE),
+            int(self.cached_input * PRICE_SCALE),
+            int(self.cache_write * PRICE_SCALE),
+            int(self.output * PRICE_SCALE),
+        )
+
+    def describe(self) -> dict[str, float]:
+        """The prices as plain numbers (for stack outputs and messages)."""
+        return {
+            name: float(value)
+            for name, value in zip(
+                PRICE_FIELDS, (self.input, self.cached_input, self.cache_write, self.output), strict=True
+            )
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The token counts Agent Router hands a cost expression (see the module docstring)."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def fresh_input_tokens(self) -> int:
+        """Input tokens that were neither read from nor written to the prompt cache."""
+        return max(0, self.input_tokens - self.cached_input_tokens - self.cache_creation_input_tokens)
+
+
+def call_cost_mills(price: ModelPrice, usage: Usage) -> int:
+    """What the generated CEL charges for one call, computed in Python: exact, rounded up, clamped."""
+    p_in, p_cached, p_write, p_out = price.scaled()
+    picodollars = (
+        usage.fresh_input_tokens * p_in
+        + usage.cached_input_tokens * p_cached
+        + usage.cache_creation_input_tokens * p_write
+        + usage.output_tokens * p_out
+    )
+    mills = -(-picodollars // PICODOLLARS_PER_MILL)
+    return min(mills, MAX_MILLS_PER_CALL)
+
+
+def cel_string(text: str) -> str:
+    """A CEL double-quoted string literal for `text` (every quote, backslash and control escaped)."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0xD800 <= code <= 0xDFFF:  # a lone surrogate cannot be encoded: escape it
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _price_list(scaled: Sequence[int]) -> str:
+    return "[" + ", ".join(f"{p}u" for p in scaled) + "]"
+
+
+def route_cost_cel(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> str:
+    """The CEL expression charging a route's calls in mills.
+
+    `[[P[model] or the route's dearest prices].map(p, ceil(picodollars / 1e9))[0]].map(c, min(c, 1e9))[0]`:
+    the `map` macro over a one-element list binds the price list `p` and the cost `c` once (CEL has
+    no `let` in Agent Router's environment), so the expression grows linearly with the models. A
+    model name the route does not serve cannot reach it (the route matches on that name), but the
+    controller's trial run uses `model == "dummy"`: such a name is priced at the dearest price of
+    each kind among the route's models, never at zero.
+    """
+    if not models:
+        raise MoneyError("a route with no models cannot be priced")
+    missing = [m for m in models if m not in prices]
+    if missing:
+        raise MoneyError(f"no price for model(s) {', '.join(map(repr, missing))}")
+    table = "{" + ", ".join(f"{cel_string(m)}: {_price_list(prices[m].scaled())}" for m in models) + "}"
+    dearest = [max(prices[m].scaled()[kind] for m in models) for kind in range(4)]
+    fresh = (
+        "(input_tokens > cached_input_tokens + cache_creation_input_tokens"
+        " ? input_tokens - cached_input_tokens - cache_creation_input_tokens : 0u)"
+    )
+    picodollars = (
+        f"{fresh} * p[0] + cached_input_tokens * p[1] + cache_creation_input_tokens * p[2] + output_tokens * p[3]"
+    )
+    rounded = f"({picodollars} + {PICODOLLARS_PER_MILL - 1}u) / {PICODOLLARS_PER_MILL}u"
+    lookup = f"model in {table} ? {table}[model] : {_price_list(dearest)}"
+    return f"[[{lookup}].map(p, {rounded})[0]].map(c, c > {MAX_MILLS_PER_CALL}u ? {MAX_MILLS_PER_CALL}u : c)[0]"
+
+
+def route_cost_entry(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> dict[str, Any]:
+    """The AIGatewayRoute `llmRequestCosts` item reporting a call's cost in mills."""
+    expression = route_cost_cel(models, prices)
+    if len(expression) > MAX_CEL_CODE_POINTS:
+        raise MoneyError(
+            f"the cost expression of this route is {len(expression):,} characters, over the "
+            f"{MAX_CEL_CODE_POINTS:,} a CEL parser accepts: split its models over more routes or use shorter "
+            "model names"
+        )
+    return {"metadataKey": USD_METADATA_KEY, "type": "CEL", "cel": expression}

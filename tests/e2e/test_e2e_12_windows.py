@@ -1,0 +1,53 @@
+"""Check 12: a class with two windows, 600 tokens per Hour and 5,000 per Day, at 200 tokens a call. Every
+call charges both counters; the Hour limit admits 4 calls and refuses the 5th while the Day counter
+(800) is far from its limit. budgetPolicy.limitSlots is raised to 2 for the check (the default budget's
+first limit is rule 0 whatever the slots, so the default counters stay where they are) and restored.
+"""
+
+import json
+import shutil
+
+import pytest
+
+from tests.e2e.e2elib.checks import admitted_calls, judge_windows
+from tests.e2e.e2elib.stack import stack_changes
+
+pytestmark = pytest.mark.e2e
+
+SLOTS = 2
+SMALL, LARGE = (600, "Hour"), (5000, "Day")
+
+
+def test_the_smaller_window_refuses_first(env, report):
+    if shutil.which("pulumi") is None:
+        pytest.skip("check 12 changes the stack through the Pulumi CLI, which is not installed")
+    s = env.settings
+    per = s.tokens_per_call
+    actor_b = s.demo_actors[1]
+    budgets = env.stack.get_value("budgets")
+    classes = budgets.get("classes") or []
+    windows = {
+        "name": "windows",
+        "limits": [{"tokens": SMALL[0], "per": SMALL[1]}, {"tokens": LARGE[0], "per": LARGE[1]}],
+        "actors": [s.target(actor_b)],
+    }
+    # Budget b's j-th limit is rule b * limitSlots + j (core/budget_rules.py); the default is budget 0.
+    first_rule = (len(classes) + 1) * SLOTS
+    changes = {"budgetPolicy": {"limitSlots": SLOTS}, "budgets": {**budgets, "classes": [*classes, windows]}}
+    with report(12) as v:
+        with stack_changes(env.stack, changes, env.settle_policy):
+            v.note(f"stack config: budgetPolicy.limitSlots = {SLOTS}; budgets.classes += {json.dumps(windows)}")
+            v.note(env.fresh_buckets())
+            calls = env.run_calls(actor_b, admitted_calls(SMALL[0], per) + 1, charge_per_call=2 * per)
+            reading = env.counters.read([env.subject(actor_b)])[env.subject(actor_b)]
+        v.note("stack config restored; pulumi up done")
+        judge_windows(
+            v,
+            f"class windows: {s.target(actor_b)} at {SMALL[0]} tokens/{SMALL[1]} and {LARGE[0]} tokens/{LARGE[1]}",
+            env.subject(actor_b),
+            calls,
+            (first_rule, SMALL[0]),
+            (first_rule + 1, LARGE[0]),
+            per,
+            reading.by_rule(s.domain),
+        )

@@ -1,0 +1,336 @@
+"""The money unit and the generated CEL cost expression, evaluated with cel-python.
+
+The expected costs below are worked out by hand (in the comments) from the configured prices and the
+usage Agent Router hands the expression, following envoyproxy/ai-gateway v1.1.0:
+`internal/translator/openai_openai.go` (OpenAI: input_tokens = usage.prompt_tokens, which already holds
+prompt_tokens_details.cached_tokens; output_tokens = completion_tokens, which already holds
+completion_tokens_details.reasoning_tokens) and `internal/metrics/metrics.go`
+`ExtractTokenUsageFromExplicitCaching` (Anthropic: input_tokens = input_tokens + cache_read_input_tokens
++ cache_creation_input_tokens). The variable set and the "must not fail" rule come from
+`internal/llmcostcel/cel.go` (v1.1.0), which declares every count as a CEL uint.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from decimal import Decimal
+
+import celpy
+import pytest
+from celpy import celtypes
+
+from core.money import (
+    MAX_MILLS_PER_CALL,
+    MAX_PRICE,
+    MAX_USD_LIMIT,
+    MILLS_PER_USD,
+    PICODOLLARS_PER_MILL,
+    UINT32_MAX,
+    USD_METADATA_KEY,
+    ModelPrice,
+    MoneyError,
+    Usage,
+    call_cost_mills,
+    cel_string,
+    check_price,
+    check_usd_limit,
+    route_cost_cel,
+    route_cost_entry,
+    usd_to_mills,
+)
+
+# The variables Agent Router v1.1.0 declares (internal/llmcostcel/cel.go); a generated expression may use
+# no other name, or the controller refuses the route.
+AGENT_ROUTER_VARIABLES = {
+    "model": celtypes.StringType,
+    "backend": celtypes.StringType,
+    "route_name": celtypes.StringType,
+    "input_tokens": celtypes.UintType,
+    "cached_input_tokens": celtypes.UintType,
+    "cache_creation_input_tokens": celtypes.UintType,
+    "output_tokens": celtypes.UintType,
+    "total_tokens": celtypes.UintType,
+    "reasoning_tokens": celtypes.UintType,
+}
+
+PRICES = {
+    # USD per 1,000,000 tokens. OpenAI models: a cache write costs the input price (the default).
+    "gpt-4o": ModelPrice.of(input=2.50, cached_input=1.25, output=10.00),
+    "gpt-4o-mini": ModelPrice.of(input=0.15, cached_input=0.075, output=0.60),
+    "o3-mini": ModelPrice.of(input=1.10, cached_input=0.55, output=4.40),
+    "claude-sonnet": ModelPrice.of(input=3.00, cached_input=0.30, cache_write=3.75, output=15.00),
+    "claude-haiku": ModelPrice.of(input=0.80, cached_input=0.08, cache_write=1.00, output=4.00),
+}
+
+# Usage as Agent Router passes it to the expression.
+OPENAI_SHAPES = {
+    # {"prompt_tokens": 120000, "completion_tokens": 3000}
+    "plain": Usage(input_tokens=120_000, output_tokens=3_000),
+    # {"prompt_tokens": 120000, "prompt_tokens_details": {"cached_tokens": 100000}, "completion_tokens": 3000}
+    "cached": Usage(input_tokens=120_000, cached_input_tokens=100_000, output_tokens=3_000),
+    # {"prompt_tokens": 20000, "completion_tokens": 40000, "completion_tokens_details": {"reasoning_tokens": 36000}}
+    "reasoning": Usage(input_tokens=20_000, output_tokens=40_000, reasoning_tokens=36_000),
+}
+ANTHROPIC_SHAPES = {
+    # {"input_tokens": 120000, "output_tokens": 3000}
+    "plain": Usage(input_tokens=120_000, output_tokens=3_000),
+    # {"input_tokens": 2000, "cache_read_input_tokens": 100000, "cache_creation_input_tokens": 18000,
+    #  "output_tokens": 3000}: Agent Router's input_tokens is 2000 + 100000 + 18000
+    "cached": Usage(
+        input_tokens=120_000, cached_input_tokens=100_000, cache_creation_input_tokens=18_000, output_tokens=3_000
+    ),
+    # {"input_tokens": 20000, "output_tokens": 40000} of which 36000 were thinking
+    "reasoning": Usage(input_tokens=20_000, output_tokens=40_000, reasoning_tokens=36_000),
+}
+
+HAND_COMPUTED_MILLS = {
+    # gpt-4o: 120000*2.50 + 3000*10 = $0.30 + $0.03 = $0.33
+    ("gpt-4o", "plain"): 330,
+    # 20000*2.50 + 100000*1.25 + 3000*10 = $0.05 + $0.125 + $0.03 = $0.205
+    ("gpt-4o", "cached"): 205,
+    # 20000*2.50 + 40000*10 = $0.05 + $0.40 = $0.45 (reasoning is inside the 40000 output tokens)
+    ("gpt-4o", "reasoning"): 450,
+    # gpt-4o-mini: 120000*0.15 + 3000*0.60 = $0.018 + $0.0018 = $0.0198 -> 19.8 mills, rounded up
+    ("gpt-4o-mini", "plain"): 20,
+    # 20000*0.15 + 100000*0.075 + 3000*0.60 = $0.003 + $0.0075 + $0.0018 = $0.0123 -> 12.3 -> 13
+    ("gpt-4o-mini", "cached"): 13,
+    # 20000*0.15 + 40000*0.60 = $0.003 + $0.024 = $0.027
+    ("gpt-4o-mini", "reasoning"): 27,
+    # o3-mini: 120000*1.10 + 3000*4.40 = $0.132 + $0.0132 = $0.1452 -> 145.2 -> 146
+    ("o3-mini", "plain"): 146,
+    # 20000*1.10 + 100000*0.55 + 3000*4.40 = $0.022 + $0.055 + $0.0132 = $0.0902 -> 90.2 -> 91
+    ("o3-mini", "cached"): 91,
+    # 20000*1.10 + 40000*4.40 = $0.022 + $0.176 = $0.198
+    ("o3-mini", "reasoning"): 198,
+    # claude-sonnet: 120000*3 + 3000*15 = $0.36 + $0.045 = $0.405
+    ("claude-sonnet", "plain"): 405,
+    # 2000*3 + 100000*0.30 + 18000*3.75 + 3000*15 = $0.006 + $0.03 + $0.0675 + $0.045 = $0.1485 -> 149
+    ("claude-sonnet", "cached"): 149,
+    # 20000*3 + 40000*15 = $0.06 + $0.60 = $0.66
+    ("claude-sonnet", "reasoning"): 660,
+    # claude-haiku: 120000*0.80 + 3000*4 = $0.096 + $0.012 = $0.108
+    ("claude-haiku", "plain"): 108,
+    # 2000*0.80 + 100000*0.08 + 18000*1.00 + 3000*4 = $0.0016 + $0.008 + $0.018 + $0.012 = $0.0396 -> 40
+    ("claude-haiku", "cached"): 40,
+    # 20000*0.80 + 40000*4 = $0.016 + $0.16 = $0.176
+    ("claude-haiku", "reasoning"): 176,
+}
+
+
+def shape(model: str, name: str) -> Usage:
+    return (ANTHROPIC_SHAPES if model.startswith("claude") else OPENAI_SHAPES)[name]
+
+
+def compile_cel(expression: str):
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def activation(model: str, usage: Usage, **overrides) -> dict:
+    values = {
+        "model": model,
+        "backend": "openai.agent-budgets",
+        "route_name": "agent-budgets/gpt",
+        "input_tokens": usage.input_tokens,
+        "cached_input_tokens": usage.cached_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        **overrides,
+    }
+    return {name: AGENT_ROUTER_VARIABLES[name](value) for name, value in values.items()}
+
+
+@pytest.fixture(scope="module")
+def program():
+    return compile_cel(route_cost_cel(list(PRICES), PRICES))
+
+
+@pytest.mark.parametrize(("model", "usage_shape"), sorted(HAND_COMPUTED_MILLS))
+def test_generated_cel_charges_the_hand_computed_cost(program, model, usage_shape):
+    usage = shape(model, usage_shape)
+    result = program.evaluate(activation(model, usage))
+    assert isinstance(result, celtypes.UintType), "Agent Router accepts only int or uint results"
+    assert int(result) == HAND_COMPUTED_MILLS[(model, usage_shape)]
+    assert call_cost_mills(PRICES[model], usage) == HAND_COMPUTED_MILLS[(model, usage_shape)]
+
+
+def test_reasoning_tokens_are_not_charged_twice(program):
+    usage = OPENAI_SHAPES["reasoning"]
+    with_reasoning = program.evaluate(activation("o3-mini", usage))
+    without = program.evaluate(activation("o3-mini", usage, reasoning_tokens=0))
+    assert with_reasoning == without == 198
+
+
+def test_every_model_of_the_table_is_priced_by_its_own_row(program):
+    costs = {model: int(program.evaluate(activation(model, OPENAI_SHAPES["plain"]))) for model in PRICES}
+    assert costs == {"gpt-4o": 330, "gpt-4o-mini": 20, "o3-mini": 146, "claude-sonnet": 405, "claude-haiku": 108}
+
+
+def test_the_controllers_trial_run_succeeds_and_charges_nothing(program):
+    """Agent Router's NewProgram evaluates model "dummy" with every count 0; failing there refuses the route."""
+    zero = Usage()
+    assert int(program.evaluate(activation("dummy", zero))) == 0
+
+
+def test_a_model_outside_the_table_pays_the_dearest_price_of_each_kind(program):
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
+    # dearest input 3.00 (claude-sonnet), dearest output 15.00 (claude-sonnet): $18.00
+    assert int(program.evaluate(activation("someone-elses-model", usage))) == 18_000
+
+
+def test_inconsistent_counts_never_underflow(program):
+    """More cached than input tokens (a provider bug) prices the fresh input at 0 instead of failing."""
+    usage = Usage(input_tokens=10, cached_input_tokens=1_000_000, cache_creation_input_tokens=5, output_tokens=0)
+    # 1,000,000 cached * 1.25 + 5 writes * 2.50 = $1.25 + $0.0000125 -> 1250.0125 mills -> 1251
+    assert int(program.evaluate(activation("gpt-4o", usage))) == 1251
+
+
+def test_the_largest_counts_at_the_largest_prices_clamp_instead_of_overflowing():
+    dearest = ModelPrice.of(input=MAX_PRICE, cached_input=MAX_PRICE, cache_write=MAX_PRICE, output=MAX_PRICE)
+    program = compile_cel(route_cost_cel(["frontier"], {"frontier": dearest}))
+    for counts in (
+        dict(input_tokens=UINT32_MAX, cached_input_tokens=0, cache_creation_input_tokens=0, output_tokens=UINT32_MAX),
+        dict(
+            input_tokens=UINT32_MAX,
+            cached_input_tokens=UINT32_MAX,
+            cache_creation_input_tokens=UINT32_MAX,
+            output_tokens=UINT32_MAX,
+        ),
+    ):
+        result = program.evaluate(activation("frontier", Usage(**counts)))
+        assert int(result) == MAX_MILLS_PER_CALL
+    # One mill under the clamp is charged as computed: 999,999,999 mills = $999,999.999.
+    tokens = 999_999_999  # at $1,000 per 1,000,000 tokens: $999,999.999
+    result = program.evaluate(activation("frontier", Usage(output_tokens=tokens)))
+    assert int(result) == 999_999_999
+
+
+def test_cel_python_would_notice_an_overflow():
+    """The overflow test above can fail: cel-python raises on uint64 overflow like cel-go does."""
+    program = compile_cel("input_tokens * input_tokens * input_tokens")
+    with pytest.raises(celpy.CELEvalError, match="overflow"):
+        program.evaluate({"input_tokens": celtypes.UintType(UINT32_MAX)})
+
+
+def test_random_usage_matches_the_python_reference_and_rounds_up_by_less_than_a_mill(program):
+    rng = random.Random(13)
+    for _ in range(150):
+        model = rng.choice(sorted(PRICES))
+        fresh, cached, written = rng.randrange(0, 300_000), rng.randrange(0, 300_000), rng.randrange(0, 50_000)
+        usage = Usage(
+            input_tokens=fresh + cached + written,
+            cached_input_tokens=cached,
+            cache_creation_input_tokens=written,
+            output_tokens=rng.randrange(0, 100_000),
+        )
+        charged = int(program.evaluate(activation(model, usage)))
+        assert charged == call_cost_mills(PRICES[model], usage)
+        price = PRICES[model]
+        exact_usd = (
+            fresh * price.input + cached * price.cached_input + written * price.cache_write
+        ) / 1_000_000 + usage.output_tokens * price.output / 1_000_000
+        exact_mills = exact_usd * MILLS_PER_USD
+        assert exact_mills <= charged < exact_mills + 1
+
+
+def test_only_agent_router_variables_are_used():
+    expression = route_cost_cel(list(PRICES), PRICES)
+    without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)
+    identifiers = set(re.findall(r"\b[a-z_][a-z_0-9]*\b", without_strings))
+    macro_variables = {"p", "c"}
+    keywords = {"in", "map", "u"}
+    assert identifiers - macro_variables - keywords <= set(AGENT_ROUTER_VARIABLES)
+    assert {"input_tokens", "cached_input_tokens", "cache_creation_input_tokens", "output_tokens"} <= identifiers
+    assert "reasoning_tokens" not in identifiers and "total_tokens" not in identifiers
+
+
+@pytest.mark.parametrize("name", ['gpt-"4o"', "back\\slash", "new\nline", "tab\tand\x7f", "ünïcødé-模型", "a'b"])
+def test_model_names_are_escaped_as_cel_strings(name):
+    prices = {name: ModelPrice.of(input=1, output=2), "other": ModelPrice.of(input=100, output=200)}
+    program = compile_cel(route_cost_cel([name, "other"], prices))
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert int(program.evaluate(activation(name, usage))) == 3_000  # $1 + $2
+    assert compile_cel(cel_string(name)).evaluate({}) == celtypes.StringType(name)
+
+
+def test_route_cost_entry_is_a_cel_cost_under_our_metadata_key():
+    entry = route_cost_entry(["gpt-4o"], PRICES)
+    assert entry["metadataKey"] == USD_METADATA_KEY == "agent_budgets_usd_mills"
+    assert entry["type"] == "CEL"
+    assert int(compile_cel(entry["cel"]).evaluate(activation("gpt-4o", OPENAI_SHAPES["plain"]))) == 330
+
+
+def test_a_route_with_an_unpriced_model_cannot_be_priced():
+    with pytest.raises(MoneyError, match="no price for model"):
+        route_cost_cel(["gpt-4o", "mystery"], PRICES)
+
+
+def test_an_expression_too_long_for_a_cel_parser_is_refused():
+    models = [f"model-{i:03d}-" + "x" * 400 for i in range(128)]
+    prices = {m: ModelPrice.of(input=1, output=1) for m in models}
+    with pytest.raises(MoneyError, match="over the 100,000 a CEL parser accepts"):
+        route_cost_entry(models, prices)
+
+
+# --- the unit and the checks ---------------------------------------------------------------------------
+
+
+def test_no_accepted_usd_amount_overflows_the_rate_limit_counter():
+    assert usd_to_mills(check_usd_limit(MAX_USD_LIMIT)) == 1_000_000_000 <= UINT32_MAX
+    assert usd_to_mills(check_usd_limit(0.01)) == 10
+    assert usd_to_mills(check_usd_limit(5)) == 5_000
+    assert usd_to_mills(check_usd_limit(49.999)) == 49_999
+    assert PICODOLLARS_PER_MILL == 10**9
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "outside 0.01 to 1,000,000"),
+        (-5, "outside 0.01 to 1,000,000"),
+        (0.009, "outside 0.01 to 1,000,000"),
+        (1_000_000.5, "outside 0.01 to 1,000,000"),
+        (5.0005, "more than 3 decimal places"),
+        ("5", "without quotes"),
+        (True, "without quotes"),
+        (float("nan"), "finite"),
+    ],
+)
+def test_bad_usd_amounts_are_refused_with_the_fix(value, message):
+    with pytest.raises(MoneyError, match=re.escape(message)):
+        check_usd_limit(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-0.5, "is negative"),
+        ("2.50", "without quotes"),
+        (None, "without quotes"),
+        (0.0000001, "below the smallest price the money unit carries, $0.000001 per 1,000,000 tokens"),
+        (1000.01, "above $1,000 per 1,000,000 tokens"),
+        (0.0000015, "more than 6 decimal places"),
+        (float("inf"), "finite"),
+    ],
+)
+def test_bad_prices_are_refused_with_the_fix(value, message):
+    with pytest.raises(MoneyError, match=re.escape(message)):
+        check_price(value, "input")
+
+
+def test_good_prices_are_exact():
+    assert check_price(2.5, "input") == Decimal("2.5")
+    assert check_price(0, "input") == 0
+    assert check_price(0.000001, "input") == Decimal("0.000001")
+    assert check_price(0.075, "input") == Decimal("0.075")
+    assert ModelPrice.of(input=0.1, output=0.3).scaled() == (100_000, 100_000, 100_000, 300_000)
+
+
+def test_cache_prices_default_to_the_input_price():
+    price = ModelPrice.of(input=3, output=15)
+    assert price.cached_input == price.cache_write == Decimal(3)
+    explicit = ModelPrice.of(input=3, output=15, cached_input=0, cache_write=3.75)
+    assert (explicit.cached_input, explicit.cache_write) == (0, Decimal("3.75"))

@@ -1,0 +1,356 @@
+"""Budgets in money, several windows per budget and suspended actors, through the real program.
+
+The configuration below is the issue's contract: `prices`, a short-form default, a class with a `limits`
+list, `suspended`. The program must turn it into: a CEL cost on every route (evaluated here on usage
+samples), one rate-limit rule per limit, a SecurityPolicy that denies the suspended actor's `sub`
+(Envoy Gateway v1.9.0 api/v1alpha1/authorization_types.go, first match, defaultAction Allow), and a
+responseOverride that gives that 403 a body saying so. Every bad input of the issue is refused before
+anything is registered, with its key, the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import celpy
+import pulumi
+import pytest
+from celpy import celtypes
+
+from core.budget_rules import COST_METADATA_KEY
+from core.money import USD_METADATA_KEY
+from core.problems import ConfigError
+from core.suspension import SUSPENDED_BODY
+from core.validation import validate_stack
+from tests.support.program import RecordingMocks, run_program, stack_config
+
+OPENAI_KEY = "sk-test-openai-0123456789"
+ANTHROPIC_KEY = "sk-ant-test-abcdefghij"
+SECRETS = {"openaiApiKey": OPENAI_KEY, "anthropicApiKey": ANTHROPIC_KEY}
+
+ISSUE_CONFIG: dict[str, Any] = {
+    "actors": ["agents/actor-a", "agents/actor-b", "agents/actor-c"],
+    "providers": [{"name": "openai", "kind": "openai"}, {"name": "anthropic", "kind": "anthropic"}],
+    "routes": [
+        {"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
+        {"name": "claude", "models": ["claude-sonnet"], "provider": "anthropic"},
+    ],
+    "prices": {
+        "gpt-4o": {"input": 2.50, "cachedInput": 1.25, "output": 10.00},
+        "claude-sonnet": {"input": 3.00, "cachedInput": 0.30, "cacheWrite": 3.75, "output": 15.00},
+    },
+    "budgets": {
+        "default": {"tokens": 500, "per": "Day"},
+        "classes": [
+            {
+                "name": "research",
+                "limits": [
+                    {"tokens": 200000, "per": "Hour"},
+                    {"usd": 5, "per": "Day"},
+                    {"usd": 50, "per": "Month"},
+                ],
+                "actors": ["agents/actor-b"],
+            }
+        ],
+    },
+    "budgetPolicy": {"limitSlots": 3},
+    "suspended": ["agents/actor-c"],
+}
+
+
+def issue_config(**changes: Any) -> dict[str, Any]:
+    config = copy.deepcopy(ISSUE_CONFIG)
+    config.update(changes)
+    return config
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_program(issue_config(), secrets=SECRETS)
+
+
+def spec(run, kind: str, name: str | None = None) -> dict[str, Any]:
+    return run.one(kind, name).inputs["spec"]
+
+
+def evaluate(expression: str, model: str, **counts: int) -> int:
+    env = celpy.Environment()
+    activation = {"model": celtypes.StringType(model)}
+    for name in ("input_tokens", "cached_input_tokens", "cache_creation_input_tokens", "output_tokens"):
+        activation[name] = celtypes.UintType(counts.get(name, 0))
+    return int(env.program(env.compile(expression)).evaluate(activation))
+
+
+def test_every_route_reports_tokens_and_the_price_in_mills(run):
+    gpt = spec(run, "AIGatewayRoute", "gpt")["llmRequestCosts"]
+    claude = spec(run, "AIGatewayRoute", "claude")["llmRequestCosts"]
+    expected = [(COST_METADATA_KEY, "TotalToken"), (USD_METADATA_KEY, "CEL")]
+    assert [(c["metadataKey"], c["type"]) for c in gpt] == expected
+    assert [(c["metadataKey"], c["type"]) for c in claude] == expected
+    # gpt-4o: 1,000 input + 500 output = $0.0025 + $0.005 = $0.0075 -> 8 mills (rounded up)
+    assert evaluate(gpt[1]["cel"], "gpt-4o", input_tokens=1_000, output_tokens=500) == 8
+    # claude-sonnet, cached: 200 fresh * 3 + 10,000 read * 0.30 + 1,000 written * 3.75 + 400 out * 15
+    # = $0.0006 + $0.003 + $0.00375 + $0.006 = $0.01335 -> 14 mills
+    usage = {"input_tokens": 11_200, "cached_input_tokens": 10_000, "cache_creation_input_tokens": 1_000}
+    assert evaluate(claude[1]["cel"], "claude-sonnet", output_tokens=400, **usage) == 14
+
+
+def test_each_limit_is_a_rule_charging_its_own_metadata(run):
+    rules = spec(run, "BackendTrafficPolicy")["rateLimit"]["global"]["rules"]
+    assert [(r["limit"], r["cost"]["response"]["metadata"]["key"]) for r in rules] == [
+        ({"requests": 500, "unit": "Day"}, COST_METADATA_KEY),
+        ({"requests": 4_294_967_295, "unit": "Year"}, COST_METADATA_KEY),  # reserved slots of the default
+        ({"requests": 4_294_967_295, "unit": "Year"}, COST_METADATA_KEY),
+        ({"requests": 200_000, "unit": "Hour"}, COST_METADATA_KEY),
+        ({"requests": 5_000, "unit": "Day"}, USD_METADATA_KEY),  # $5 in mills
+        ({"requests": 50_000, "unit": "Month"}, USD_METADATA_KEY),
+    ]
+
+
+def test_outputs_describe_every_limit_and_the_suspended_actors(run):
+    assert run.outputs["budgetRules"] == [
+        {"rule": 0, "budget": "default", "limit": 0, "unit": "tokens", "amount": 500, "per": "Day",
+         "requests": 500, "members": 0},
+        {"rule": 3, "budget": "class:research", "limit": 0, "unit": "tokens", "amount": 200_000, "per": "Hour",
+         "requests": 200_000, "members": 1},
+        {"rule": 4, "budget": "class:research", "limit": 1, "unit": "usd", "amount": 5.0, "per": "Day",
+         "requests": 5_000, "members": 1},
+        {"rule": 5, "budget": "class:research", "limit": 2, "unit": "usd", "amount": 50.0, "per": "Month",
+         "requests": 50_000, "members": 1},
+    ]  # fmt: skip
+    assert run.outputs["suspended"] == ["agents/actor-c"]
+
+
+def test_the_suspended_actor_is_denied_by_its_jwt_subject(run):
+    authorization = spec(run, "SecurityPolicy")["authorization"]
+    assert authorization == {
+        "defaultAction": "Allow",
+        "rules": [
+            {
+                "name": "suspended-actors-0",
+                "action": "Deny",
+                "principal": {
+                    "jwt": {
+                        "provider": "agent-substrate",
+                        "claims": [{"name": "sub", "valueType": "String", "values": ["actor/agents/actor-c"]}],
+                    }
+                },
+            }
+        ],
+    }
+    provider_names = [p["name"] for p in spec(run, "SecurityPolicy")["jwt"]["providers"]]
+    assert provider_names == ["agent-substrate"]
+
+
+def test_the_suspension_403_says_so_and_a_wrong_audience_keeps_its_own_message(run):
+    overrides = spec(run, "BackendTrafficPolicy")["responseOverride"]
+    token, suspended = overrides
+    assert token["match"]["responseHeaders"][0]["name"] == "www-authenticate"
+    assert token["source"] == suspended["source"] == "Local"
+    assert suspended["match"] == {"statusCodes": [{"type": "Value", "value": 403}]}
+    body = json.loads(suspended["response"]["body"]["inline"])
+    assert body["error"]["code"] == "actor_suspended"
+    assert "suspended" in body["error"]["message"]
+    assert "%" not in SUSPENDED_BODY, "Envoy would read a % as a command operator"
+
+
+def test_without_money_or_suspension_the_objects_are_as_before():
+    run = run_program(stack_config("dev"))
+    for route in run.of_kind("AIGatewayRoute"):
+        assert route.inputs["spec"]["llmRequestCosts"] == [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
+    assert "authorization" not in spec(run, "SecurityPolicy")
+    assert "responseOverride" not in spec(run, "BackendTrafficPolicy")
+    assert run.outputs["suspended"] == []
+
+
+def test_lifting_a_suspension_leaves_the_budget_rules_as_they_were(run):
+    lifted = run_program(issue_config(suspended=[]), secrets=SECRETS)
+    assert "authorization" not in spec(lifted, "SecurityPolicy")
+    before = spec(run, "BackendTrafficPolicy")["rateLimit"]
+    assert spec(lifted, "BackendTrafficPolicy")["rateLimit"] == before, "counter keys are positional: nothing moves"
+
+
+# --- bad input: refused before anything is registered, with key, value and fix --------------------------
+
+
+def report(config: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(config, lambda key: (True, True))
+    return caught.value
+
+
+def research(**limit_changes: Any) -> dict[str, Any]:
+    budgets = copy.deepcopy(ISSUE_CONFIG["budgets"])
+    budgets["classes"][0].update(limit_changes)
+    return budgets
+
+
+def with_limit(index: int, limit: dict[str, Any]) -> dict[str, Any]:
+    budgets = copy.deepcopy(ISSUE_CONFIG["budgets"])
+    budgets["classes"][0]["limits"][index] = limit
+    return budgets
+
+
+def with_price(model: str, **fields: Any) -> dict[str, Any]:
+    prices = copy.deepcopy(ISSUE_CONFIG["prices"])
+    prices[model] = {**prices[model], **fields}
+    return prices
+
+
+BAD_INPUTS: list[tuple[str, dict[str, Any], str, list[str]]] = [
+    (
+        "usd 0",
+        issue_config(budgets=with_limit(1, {"usd": 0, "per": "Day"})),
+        "budgets.classes[0].limits[1].usd",
+        ["usd 0 is outside 0.01 to 1,000,000", "at least a cent"],
+    ),
+    (
+        "a negative price",
+        issue_config(prices=with_price("gpt-4o", input=-2.5)),
+        "prices.gpt-4o.input",
+        ["input -2.5 is negative", "0 or more"],
+    ),
+    (
+        "a price written as text",
+        issue_config(prices=with_price("claude-sonnet", output="$15")),
+        "prices.claude-sonnet.output",
+        ["got '$15'", "as a number without quotes or $"],
+    ),
+    (
+        "a limit with both tokens and usd",
+        issue_config(budgets=with_limit(0, {"tokens": 200000, "usd": 5, "per": "Hour"})),
+        "budgets.classes[0].limits[0]",
+        ["has both tokens (200000) and usd (5)", "Split it into two limits"],
+    ),
+    (
+        "a limit with neither",
+        issue_config(budgets=with_limit(2, {"per": "Month"})),
+        "budgets.classes[0].limits[2]",
+        ["has neither tokens nor usd", "{usd: 5, per: Day}"],
+    ),
+    (
+        "limits: []",
+        issue_config(budgets=research(limits=[])),
+        "budgets.classes[0].limits",
+        ["is empty", "limits: [{tokens: 500, per: Day}]"],
+    ),
+    (
+        "more limits than the maximum",
+        issue_config(budgets=research(limits=[{"tokens": 9 + i, "per": "Day"} for i in range(9)])),
+        "budgets.classes[0].limits",
+        ["has 9 limits", "at most 8"],
+    ),
+    (
+        "more limits than the reserved slots",
+        issue_config(budgetPolicy={"limitSlots": 2}),
+        "budgets.classes[0].limits",
+        ["has 3 limits but agent-budgets:budgetPolicy.limitSlots is 2", "set budgetPolicy.limitSlots to 3 or more"],
+    ),
+    (
+        "a suspended actor that is not in actors",
+        issue_config(suspended=["agents/actor-z"]),
+        "suspended[0]",
+        ["'agents/actor-z' is not in agent-budgets:actors", "Add it to actors"],
+    ),
+    (
+        "a price too small for the unit",
+        issue_config(prices=with_price("gpt-4o", cachedInput=0.0000001)),
+        "prices.gpt-4o.cachedInput",
+        ["1e-07 is below the smallest price the money unit carries, $0.000001 per 1,000,000 tokens"],
+    ),
+    (
+        "a usd limit while a route model has no price",
+        issue_config(prices={"gpt-4o": ISSUE_CONFIG["prices"]["gpt-4o"]}),
+        "prices",
+        ["has no price for model 'claude-sonnet' (routes[1].models[0])", "budgets.classes[0].limits[1].usd"],
+    ),
+    (
+        "both the short form and limits",
+        issue_config(budgets=research(tokens=9, per="Day")),
+        "budgets.classes[0]",
+        ["has both limits and tokens, per", "use either the short form"],
+    ),
+    (
+        "a usd amount finer than a mill",
+        issue_config(budgets=with_limit(1, {"usd": 5.0005, "per": "Day"})),
+        "budgets.classes[0].limits[1].usd",
+        ["usd 5.0005 has more than 3 decimal places", "e.g. to 5.001"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "config", "key", "fragments"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_refused_with_key_value_and_fix(name, config, key, fragments):
+    error = report(config)
+    assert [p.key for p in error.problems] == [key], error
+    for fragment in fragments:
+        assert fragment in error.problems[0].message, error.problems[0].message
+
+
+@pytest.mark.parametrize(("name", "config", "key", "fragments"), BAD_INPUTS[:3], ids=[b[0] for b in BAD_INPUTS[:3]])
+def test_bad_input_stops_the_program_before_any_resource(name, config, key, fragments):
+    mocks = RecordingMocks()
+    with pytest.raises(pulumi.RunError) as caught:
+        run_program(config, secrets=SECRETS, mocks=mocks)
+    assert f"agent-budgets:{key}:" in str(caught.value)
+    assert mocks.resources == []
+
+
+def test_several_bad_inputs_arrive_in_one_report():
+    config = issue_config(
+        budgets=with_limit(1, {"usd": 0, "per": "Day"}),
+        prices=with_price("gpt-4o", input=-1),
+        suspended=["agents/actor-z"],
+    )
+    assert sorted(p.key for p in report(config).problems) == [
+        "budgets.classes[0].limits[1].usd",
+        "prices.gpt-4o.input",
+        "suspended[0]",
+    ]
+
+
+def test_a_price_for_a_model_no_route_serves_is_a_warning_not_an_error():
+    prices = {**ISSUE_CONFIG["prices"], "gpt-4o-mni": {"input": 0.15, "output": 0.6}}
+    validated = validate_stack(issue_config(prices=prices), lambda key: (True, True))
+    assert [(w.key, "no route serves model 'gpt-4o-mni'" in w.message) for w in validated.warnings] == [
+        ("prices.gpt-4o-mni", True)
+    ]
+    run = run_program(issue_config(prices=prices), secrets=SECRETS)
+    assert any("agent-budgets:prices.gpt-4o-mni" in warning for warning in run.warnings)
+
+
+def test_prices_without_usd_limits_need_not_cover_every_model():
+    config = issue_config(
+        budgets={"default": {"tokens": 500, "per": "Day"}}, prices={"gpt-4o": {"input": 2.5, "output": 10}}
+    )
+    validated = validate_stack(config, lambda key: (True, True))
+    assert not validated.rules.uses_usd
+    run = run_program(config, secrets=SECRETS)
+    assert [c["type"] for c in spec(run, "AIGatewayRoute", "gpt")["llmRequestCosts"]] == ["TotalToken"]
+
+
+def test_a_misspelt_or_misshapen_price_is_named_with_the_fix():
+    prices = {**ISSUE_CONFIG["prices"], "gpt-4o": {"inptu": 2.5, "input": 2.5, "output": 10}}
+    [problem] = report(issue_config(prices=prices)).problems
+    assert (problem.key, "did you mean `input`?" in problem.message) == ("prices.gpt-4o.inptu", True)
+    [problem] = report(issue_config(prices={**ISSUE_CONFIG["prices"], "gpt-4o": 2.5})).problems
+    assert problem.key == "prices.gpt-4o"
+    assert problem.message == "got 2.5: this key holds a map of settings (`key: value` lines indented below it)"
+
+
+def test_suspensions_count_toward_the_gateway_s_message_limit():
+    """Every suspended subject is copied into each Envoy route's RBAC config (core/xds_size.py)."""
+    actors = [f"agents/actor-{i:04d}" for i in range(2000)]
+    config = issue_config(
+        actors=actors,
+        budgets={"default": {"tokens": 500, "per": "Day"}},
+        routes=[{"name": "gpt", "models": [f"gpt-{i}" for i in range(100)], "provider": "openai"}],
+        prices={},
+        suspended=actors,
+    )
+    [problem] = report(config).problems
+    assert problem.key == "platform.extensionMessageLimit"
+    assert "of suspension rules" in problem.message and "fewer suspended actors" in problem.message
+    validate_stack({**config, "suspended": actors[:10]}, lambda key: (True, True))
