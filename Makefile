@@ -4,7 +4,7 @@ VENV ?= venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: help venv test lint unit up down e2e crds bench bench-e2e docs
+.PHONY: help venv test lint unit up down e2e crds bench bench-e2e docs spend bench-spend
 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
@@ -12,6 +12,8 @@ help:
 	@echo "make e2e        run the end-to-end checks against the live dev stack"
 	@echo "make bench-e2e  latency added by the full path, against the live dev stack"
 	@echo "make bench      resources registered and seconds for 100, 1,000 and 10,000 actors (mocks)"
+	@echo "make spend      who spent what, who is near the limit, when it resets (STACK=dev, ARGS='--json ...')"
+	@echo "make bench-spend  seconds to read 10,000 actors' counters from a real local redis-server"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
 	@echo "make docs       regenerate the configuration reference in docs/configuration.md from the models"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
@@ -37,6 +39,16 @@ test: lint unit
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_program.py
+
+# The spend report of a stack (docs/spend.md): `make spend STACK=prod ARGS='--over 80'`. Quiet, so that
+# `make -s spend ARGS=--json` prints nothing but the report.
+STACK ?= dev
+ARGS ?=
+spend: $(STAMP)
+	@$(BIN)/python -m tools.spend --stack $(STACK) $(ARGS)
+
+bench-spend: $(STAMP)
+	$(BIN)/python scripts/bench_spend.py
 
 # One line per step (scripts/up.sh STEP), so `make -n up` shows the whole sequence; each is safe to re-run.
 up: $(STAMP)

@@ -13,6 +13,7 @@ from components.gateway import ModelGateway
 from components.idp_trust import SubstrateIdpTrust
 from components.mock_model import MockModel
 from components.models import Models
+from components.monitoring import Monitoring
 from components.platform_releases import Platform
 from core.budget_rules import BudgetRules
 from core.settings import PROJECT, StackSettings
@@ -92,6 +93,8 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         rate_limit_store=deps.rate_limit_store,
         opts=with_cluster,
     )
+    if settings.monitoring.prometheus_rules:
+        Monitoring("monitoring", settings, rules, namespace=namespace, opts=with_cluster)
     if settings.substrate.egress.enabled:
         ActorEgressPolicies("actor-egress", egress_settings(settings))
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.manifests import common_labels
+from core.monitoring import metrics_header_attributes, near_limit_ratio
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_CONTROLLER_NAME,
@@ -175,7 +176,13 @@ def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
         redis_backend["tls"] = {}
     rate_limit_deployment: dict[str, Any] = {
         "replicas": settings.rate_limit.replicas,
-        "container": {"env": ratelimit_container_env(redis)},
+        # NEAR_LIMIT_RATIO: where the rate-limit service starts counting `near_limit` (the near-limit alert).
+        "container": {
+            "env": [
+                *ratelimit_container_env(redis),
+                {"name": "NEAR_LIMIT_RATIO", "value": near_limit_ratio(settings.monitoring)},
+            ]
+        },
     }
     if redis_private_ca(redis) is not None:
         # Envoy Gateway merges these into the envoy-ratelimit pod (v1.9.0 internal/infrastructure/kubernetes/
@@ -232,16 +239,21 @@ def agent_router_crds_values(settings: StackSettings) -> dict[str, Any]:
 
 
 def agent_router_values(settings: StackSettings) -> dict[str, Any]:
-    """Values of the `aieg` release: the controller Service EG calls, where EG runs the Envoy pods, and the
-    extension server's receive cap (the same number as Envoy Gateway's send cap)."""
+    """Values of the `aieg` release: the controller Service EG calls, where EG runs the Envoy pods, the
+    extension server's receive cap (the same number as Envoy Gateway's send cap), and (unless
+    `monitoring.actorMetrics` is off) `x-actor-id` as an attribute of the GenAI metrics."""
+    controller: dict[str, Any] = {
+        "fullnameOverride": AGENT_ROUTER_CONTROLLER,
+        # The chart passes it as `--maxRecvMsgSize={{ .Values.controller.maxRecvMsgSize }}`, an int flag
+        # (envoyproxy/ai-gateway v1.1.0 templates/deployment.yaml, cmd/controller/main.go): a string, so
+        # Helm does not render a large number in float notation.
+        "maxRecvMsgSize": str(settings.platform.extension_message_bytes),
+    }
+    attributes = metrics_header_attributes(settings.monitoring)
+    if attributes is not None:
+        controller["metricsRequestHeaderAttributes"] = attributes
     return {
-        "controller": {
-            "fullnameOverride": AGENT_ROUTER_CONTROLLER,
-            # The chart passes it as `--maxRecvMsgSize={{ .Values.controller.maxRecvMsgSize }}`, an int flag
-            # (envoyproxy/ai-gateway v1.1.0 templates/deployment.yaml, cmd/controller/main.go): a string, so
-            # Helm does not render a large number in float notation.
-            "maxRecvMsgSize": str(settings.platform.extension_message_bytes),
-        },
+        "controller": controller,
         "envoyGateway": {"namespace": ENVOY_GATEWAY_NAMESPACE},
     }
 

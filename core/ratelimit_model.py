@@ -68,13 +68,22 @@ class AppliedRule:
     entries: tuple[tuple[str, str], ...]
     domain: str
 
+    def window(self, now: int) -> tuple[int, int]:
+        """The fixed, epoch-aligned window holding unix time `now`: (start, end), end exclusive.
+
+        envoyproxy/ratelimit `src/limiter/cache_key.go` (start = now / divider * divider) with the dividers
+        of `src/utils/utilities.go` `UnitToDivider` (Month is 30 days, Year 365).
+        """
+        divider = UNIT_SECONDS[self.unit]
+        start = now // divider * divider
+        return start, start + divider
+
     def counter_key(self, now: int) -> str:
         """The Redis key of this counter at unix time `now` (fixed, epoch-aligned windows)."""
-        divider = UNIT_SECONDS[self.unit]
         parts = [self.domain]
         for key, value in self.entries:
             parts.extend([key, value])
-        parts.append(str(now // divider * divider))
+        parts.append(str(self.window(now)[0]))
         return "_".join(parts)
 
     def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -7,6 +7,8 @@
 #   ai-gateway-<tag>/     Agent Router @ <tag> manifests/charts/ai-gateway-crds-helm/templates/
 #                         (envoyproxy/ai-gateway up to v1.1.x; theagentrouter/agent-router from v1.2.0, where
 #                         the renamed project publishes; same chart path)
+#   prometheus-operator-<tag>/  prometheus-operator/prometheus-operator @ v0.93.0 (PROMETHEUS_OPERATOR_VERSION)
+#                         example/prometheus-operator-crd/, the PrometheusRule CRD only (monitoring.prometheusRules)
 # Output: ${AGENT_BUDGETS_CRDS:-.crds} (a relative path is taken from the repository root); other versions'
 # folders there are removed, so the tests load one version of each. tests/support/crds.py names the
 # versions in the test summary.
@@ -43,6 +45,13 @@ fi
 aigw_dir="ai-gateway-${aigw_tag}"
 aigw_path="manifests/charts/ai-gateway-crds-helm/templates"
 
+# The PrometheusRule CRD only, for the optional budget alerts (monitoring.prometheusRules). The program
+# does not install the Prometheus Operator; this pins the version the alert schema test is written against.
+prom_repo="prometheus-operator/prometheus-operator"
+prom_tag="${PROMETHEUS_OPERATOR_VERSION:-v0.93.0}"
+prom_dir="prometheus-operator-${prom_tag}"
+prom_path="example/prometheus-operator-crd"
+
 # <local file under $out>|<upstream path>|<repo>|<tag>
 files=(
   "${eg_dir}/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_backendtrafficpolicies.yaml|${eg_repo}|${eg_tag}"
@@ -55,6 +64,7 @@ files=(
   "${aigw_dir}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_path}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_repo}|${aigw_tag}"
   "${aigw_dir}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_path}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_repo}|${aigw_tag}"
   "${aigw_dir}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_path}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_repo}|${aigw_tag}"
+  "${prom_dir}/monitoring.coreos.com_prometheusrules.yaml|${prom_path}/monitoring.coreos.com_prometheusrules.yaml|${prom_repo}|${prom_tag}"
 )
 
 # pinned_sha <repo>@<tag>/<upstream path>: the recorded sha256 in scripts/crds.sha256, or nothing.
@@ -126,11 +136,11 @@ if ((mismatches > 0)) && [[ "${AGENT_BUDGETS_CRDS_NO_VERIFY:-}" != "1" ]]; then
 fi
 
 # One version of each project in the output: the tests load every YAML file under it.
-for stale in "${out}"/envoy-gateway-* "${out}"/ai-gateway-*; do
+for stale in "${out}"/envoy-gateway-* "${out}"/ai-gateway-* "${out}"/prometheus-operator-*; do
   [[ -e "${stale}" ]] || continue
   rm -rf "${stale:?}"
 done
-for dir in "${eg_dir}" "${aigw_dir}"; do
+for dir in "${eg_dir}" "${aigw_dir}" "${prom_dir}"; do
   mv "${staging}/${dir}" "${out}/${dir}"
 done
 mv "${staging}/SHA256SUMS" "${out}/SHA256SUMS"
@@ -139,6 +149,7 @@ mv "${staging}/SHA256SUMS" "${out}/SHA256SUMS"
   echo
   echo "- ${eg_dir}/: https://github.com/${eg_repo} tag ${eg_tag}, ${eg_path}/"
   echo "- ${aigw_dir}/: https://github.com/${aigw_repo} tag ${aigw_tag}, ${aigw_path}/"
+  echo "- ${prom_dir}/: https://github.com/${prom_repo} tag ${prom_tag}, ${prom_path}/ (PrometheusRule only)"
   echo "- SHA256SUMS: what was fetched"
 } >"${out}/README.md"
 

@@ -52,3 +52,21 @@ def test_program_and_stack_do_not_import_each_other():
 def test_the_dynamic_provider_keeps_its_import_path():
     """Pulumi pickles the egress provider by reference to this module: moving it breaks existing stacks."""
     assert (ROOT / "components" / "egress_provider.py").is_file()
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda path: path.name)
+def test_core_does_no_io_of_the_operator_tools(path):
+    """The spend report's pure half stays pure: Redis, kubectl and the CLI live in tools/."""
+    forbidden = {name for name in imported_modules(path) if name.split(".")[0] in {"tools", "redis", "subprocess"}}
+    assert forbidden == set(), f"{path.name} imports {sorted(forbidden)}: I/O belongs in tools/"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tools").rglob("*.py")), ids=lambda path: path.name)
+def test_tools_never_need_the_pulumi_engine(path):
+    """Operator tools read a stack file and the cluster; they must run without the Pulumi CLI or engine."""
+    forbidden = {
+        name
+        for name in imported_modules(path)
+        if name.split(".")[0] in {"pulumi", "pulumi_kubernetes", "pulumi_random", "pulumi_policy", "components"}
+    }
+    assert forbidden == set(), f"{path} imports {sorted(forbidden)}"

@@ -10,11 +10,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,6 +28,8 @@ import tests.e2e.test_e2e_07_shared_routes as check_7
 import tests.e2e.test_e2e_08_budget_class as check_8
 import tests.e2e.test_e2e_09_redis_restart as check_9
 import tests.e2e.test_e2e_10_fail_mode as check_10
+import tests.e2e.test_e2e_14_spend_report as check_14
+from core import spend
 from core.problems import ConfigError
 from tests.e2e import bench_latency
 from tests.e2e.e2elib import checks, counters, evidence, kube, stack, stats, tokens
@@ -410,7 +410,7 @@ def test_admitted_calls_and_titles():
         "27th",
     ]
     assert checks.exhaustion_title(500, 200, "Day") == TITLES[3]
-    assert sorted(TITLES) == list(range(1, 14))
+    assert sorted(TITLES) == list(range(1, 15))
 
 
 def test_check_1_metering():
@@ -1660,9 +1660,16 @@ class SimStack:
     off), refused once over its limit, charged 200 tokens at the end of each admitted call."""
 
     def __init__(
-        self, shared=True, replaces_spoofed_header=True, charges_streams=True, persistent=True, honours_fail_closed=True
+        self,
+        shared=True,
+        replaces_spoofed_header=True,
+        charges_streams=True,
+        persistent=True,
+        honours_fail_closed=True,
+        report_offset=0,
     ):
         self.shared = shared
+        self.report_offset = report_offset  # a spend report that misreads every counter by this much
         self.replaces_spoofed_header = replaces_spoofed_header
         self.charges_streams = charges_streams
         self.persistent = persistent  # counters survive a Redis restart (append-only file on a volume)
@@ -1765,6 +1772,30 @@ class SimEnv(LiveEnv):
         classes = self.pulumi.budgets.get("classes") or []
         self.sim.limits = {SETTINGS.subject(a.split("/")[1]): c["tokens"] for c in classes for a in c["actors"]}
 
+    def spend_report(self):
+        """What `make spend ARGS=--json` prints for the simulated counters (rows built by core.spend)."""
+        rows = []
+        for actor in SETTINGS.demo_actors:
+            subject = SETTINGS.subject(actor)
+            spent = sum(value for (who, _), value in self.sim.spent.items() if who == subject)
+            limit = self.sim.limit(subject)
+            counter = spend.Counter(
+                actor=SETTINGS.target(actor),
+                subject=subject,
+                budget="default",
+                rule=0,
+                limit_index=0,
+                unit="tokens",
+                limit=limit,
+                requests=limit,
+                per="Day",
+                key="k",
+                window_start=WINDOW,
+                resets_at=WINDOW + 86400,
+            )
+            rows.append(spend.row_document(spend.SpendRow(counter, spent + self.sim.report_offset), WINDOW + 3600))
+        return {"stack": "dev", "rows": rows}
+
 
 class FakeClock:
     def __init__(self):
@@ -1810,6 +1841,7 @@ CHECKS = {
     8: check_8.test_class_member_has_its_own_limit,
     9: check_9.test_a_redis_restart_keeps_spent_budgets,
     10: check_10.test_fail_open_admits_and_fail_closed_refuses_without_the_store,
+    14: check_14.test_spend_report_shows_each_actors_spent_tokens,
 }
 
 
@@ -1841,6 +1873,11 @@ def test_live_checks_pass_on_a_healthy_simulated_stack(tmp_path, monkeypatch):
         '       actor-b:        {"status":200,"total_tokens":200,"remaining":"300"}',
     ]
     assert "rate limit counters: actor-a=200 actor-b=200" in verdicts[1][1]
+    assert verdicts[14][1].splitlines()[-3:] == [
+        "       make spend --json: actor-a: default 400/500 per Day (80.0%, resets 2026-01-02T00:00:00Z)",
+        "       make spend --json: actor-b: default 200/500 per Day (40.0%, resets 2026-01-02T00:00:00Z)",
+        "       counters read straight from Redis: actor-a=400 actor-b=200",
+    ]
     assert "actor-a counter 200 -> 400; actor-b counter 200 -> 200" in verdicts[2][1]
     assert verdicts[1][1].startswith("\n[PASS] 1. ") and "fresh buckets: deleted" in verdicts[3][1]
     assert env.pulumi.budgets == DEFAULT_BUDGETS and env.sim.limits == {}  # check 8 put the config back
@@ -1869,6 +1906,7 @@ def test_check_10_puts_the_stack_back_even_when_the_check_fails(tmp_path, monkey
         ({"charges_streams": False}, 6, "counter increase: expected 200, got 0"),
         ({"persistent": False}, 9, "counter keys and values after the restart"),
         ({"honours_fail_closed": False}, 10, "(fail-closed): expected HTTP 500, got HTTP 200"),
+        ({"report_offset": 200}, 14, "actor-a's spent (default): expected 400, got 600"),
     ],
 )
 def test_live_checks_fail_on_a_broken_simulated_stack(tmp_path, monkeypatch, behaviour, number, why):
@@ -1877,57 +1915,22 @@ def test_live_checks_fail_on_a_broken_simulated_stack(tmp_path, monkeypatch, beh
     assert printed.startswith(f"\n[FAIL] {number}. ")
 
 
-# --- the counter script against a real Redis on 127.0.0.1 (when redis-server is installed) ----------------
+# --- the counter script against the real Redis on 127.0.0.1 that the test run starts ---------------------
 
 
 @pytest.fixture
-def local_redis(tmp_path):
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
-        pytest.skip("redis-server/redis-cli not installed: the real-Redis test of the counter script is skipped")
-    with socket.socket() as probe_socket:
-        probe_socket.bind(("127.0.0.1", 0))
-        port = probe_socket.getsockname()[1]
-    process = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--requirepass",
-            PASSWORD,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    shim = tmp_path / "bin" / "redis-cli"  # the pod's redis-cli talks to localhost:6379; ours to the test port
+def local_redis(redis_db, tmp_path):
+    """The session's real redis-server, and a redis-cli shim that dials it as the pod's redis-cli dials 6379."""
+    shim = tmp_path / "bin" / "redis-cli"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec {cli} -p {port} "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {redis_db.cli} -p {redis_db.port} "$@"\n')
     shim.chmod(0o755)
     env = {"PATH": f"{shim.parent}:/usr/bin:/bin"}
-    for _ in range(100):
-        if (
-            subprocess.run(
-                [str(shim), "-a", PASSWORD, "--no-auth-warning", "PING"], capture_output=True, text=True, check=False
-            ).stdout.strip()
-            == "PONG"
-        ):
-            break
-        time.sleep(0.05)
-    yield port, env, cli
-    process.terminate()
-    process.wait(timeout=5)
+    return redis_db.port, env, redis_db.cli, redis_db.password
 
 
 def test_counter_script_against_real_redis(local_redis):
-    port, env, cli = local_redis
+    port, env, cli, password = local_redis
     seeded = {
         key(A): 200,
         key(A, rule=1): 150,
@@ -1937,7 +1940,7 @@ def test_counter_script_against_real_redis(local_redis):
     }
     for name, value in seeded.items():
         subprocess.run(
-            [cli, "-p", str(port), "-a", PASSWORD, "--no-auth-warning", "SET", name, str(value)],
+            [cli, "-p", str(port), "-a", password, "--no-auth-warning", "SET", name, str(value)],
             check=True,
             capture_output=True,
         )
@@ -1950,7 +1953,7 @@ def test_counter_script_against_real_redis(local_redis):
 
     def handler(argv, stdin):
         if "secret" in argv:
-            return 0, base64.b64encode(PASSWORD.encode()).decode()
+            return 0, base64.b64encode(password.encode()).decode()
         return kubectl_exec_locally(argv, stdin)
 
     reader = Counters(kube.Kube(FakeRunner(handler), "ctx"), "ns", "redis-0", "redis-auth", "password")

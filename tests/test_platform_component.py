@@ -104,10 +104,12 @@ def test_envoy_gateway_release_gets_rate_limit_and_extension_values(dev):
     assert envoy_gateway["extensionManager"]["service"]["fqdn"]["port"] == 1063
     env = envoy_gateway["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"]
     assert env == [
-        {"name": "REDIS_AUTH", "valueFrom": {"secretKeyRef": {"name": "envoy-ratelimit-redis", "key": "password"}}}
+        {"name": "REDIS_AUTH", "valueFrom": {"secretKeyRef": {"name": "envoy-ratelimit-redis", "key": "password"}}},
+        {"name": "NEAR_LIMIT_RATIO", "value": "0.8"},
     ]
     controller = release(monitor, "aieg").inputs["values"]
     assert controller["envoyGateway"] == {"namespace": "envoy-gateway-system"}
+    assert controller["controller"]["metricsRequestHeaderAttributes"] == "x-actor-id:actor.id"
 
 
 def test_external_fail_closed_values(external):

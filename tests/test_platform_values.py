@@ -77,11 +77,20 @@ def test_release_versions_follow_config():
     assert crds.version == controller.version == "v1.2.3"
 
 
-def test_agent_router_knows_where_envoy_gateway_runs_the_proxies():
+def test_agent_router_knows_where_envoy_gateway_runs_the_proxies_and_labels_metrics_by_actor():
     assert pv.agent_router_values(settings()) == {
-        "controller": {"fullnameOverride": "ai-gateway-controller", "maxRecvMsgSize": "16777216"},
+        "controller": {
+            "fullnameOverride": "ai-gateway-controller",
+            "maxRecvMsgSize": "16777216",
+            # chart values.yaml `controller.metricsRequestHeaderAttributes` ("header:attribute,...").
+            "metricsRequestHeaderAttributes": "x-actor-id:actor.id",
+        },
         "envoyGateway": {"namespace": "envoy-gateway-system"},
     }
+    renamed = pv.agent_router_values(settings(monitoring={"actorAttribute": "gen_ai.agent.id"}))
+    assert renamed["controller"]["metricsRequestHeaderAttributes"] == "x-actor-id:gen_ai.agent.id"
+    off = pv.agent_router_values(settings(monitoring={"actorMetrics": False}))
+    assert off["controller"] == {"fullnameOverride": "ai-gateway-controller", "maxRecvMsgSize": "16777216"}
 
 
 @pytest.mark.parametrize(("limit", "size"), [("16Mi", "16777216"), ("40M", "40000000"), ("8388608", "8388608")])
@@ -167,18 +176,30 @@ def test_ratelimit_gets_the_password_by_reference_only():
                 {
                     "name": "REDIS_AUTH",
                     "valueFrom": {"secretKeyRef": {"name": "envoy-ratelimit-redis", "key": "password"}},
-                }
+                },
+                {"name": "NEAR_LIMIT_RATIO", "value": "0.8"},
             ]
         },
     }
     assert "rateLimitPDB" not in eg_config(settings())["provider"]["kubernetes"]
 
 
+@pytest.mark.parametrize(
+    ("percent", "ratio"), [(80, "0.8"), (90, "0.9"), (75.5, "0.755"), (5, "0.05"), (99.9, "0.999")]
+)
+def test_the_near_limit_share_reaches_the_rate_limit_service(percent, ratio):
+    """envoyproxy/ratelimit `src/settings/settings.go`: NEAR_LIMIT_RATIO, a float32, default 0.8."""
+    deployment = eg_config(settings(monitoring={"nearLimitPercent": percent}))["provider"]["kubernetes"]
+    env = deployment["rateLimitDeployment"]["container"]["env"]
+    assert env[-1] == {"name": "NEAR_LIMIT_RATIO", "value": ratio}
+    assert abs(float(ratio) - percent / 100) < 1e-12
+
+
 def test_external_redis_url_tls_and_type():
     single = eg_config(settings(redis={**EXTERNAL, "tls": True}))
     assert single["rateLimit"]["backend"]["redis"] == {"url": "redis.prod.example.internal:6380", "tls": {}}
     env = single["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"]
-    assert [item["name"] for item in env] == ["REDIS_AUTH"]  # REDIS_TYPE defaults to SINGLE
+    assert [item["name"] for item in env] == ["REDIS_AUTH", "NEAR_LIMIT_RATIO"]  # REDIS_TYPE defaults to SINGLE
 
     no_tls = eg_config(settings(redis=EXTERNAL))
     assert "tls" not in no_tls["rateLimit"]["backend"]["redis"]

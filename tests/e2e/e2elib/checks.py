@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .counters import CounterReading
 from .evidence import describe_outcome, excerpt, format_call, format_counters, format_transition, short_name, thousands
@@ -30,6 +31,7 @@ TITLES: dict[int, str] = {
     11: "A usd class limit refuses actor-b's call after the one that crosses it; each call is charged its price",
     12: "A class with two windows is refused by the smaller one; every call charges both",
     13: "A suspended actor gets 403 saying so, with its counters untouched; lifted, it is admitted again",
+    14: "`make spend --json` shows actor-a's spent tokens (calls x the mock's tokens) and actor-b's unchanged",
 }
 
 FAIL_CLOSED_STATUS = 500
@@ -439,3 +441,45 @@ def judge_suspension(
     v.expect_equal(f"{who} counter once lifted (spent budget kept)", lifted, before)
     _expect_ok(v, f"{who} after the suspension", readmitted, per_call)
     v.expect_equal(f"{who} counter after its next call", after, before + per_call)
+
+
+# --- 14 ------------------------------------------------------------------------------------------
+
+
+def spend_rows(document: Mapping[str, Any], subject: str) -> list[Mapping[str, Any]]:
+    """The rows of one actor in `make spend --json` output (one per limit that charges it)."""
+    return [row for row in document.get("rows") or [] if row.get("subject") == subject]
+
+
+def judge_spend_report(
+    v: Verdict,
+    document: Mapping[str, Any],
+    calls: Sequence[Call],
+    counters: Mapping[str, int],
+    caller: str,
+    other: str,
+    other_before: int,
+    per_call: int,
+) -> None:
+    """The report must show the caller's calls x tokens, the other actor as it was, and agree with Redis."""
+    expected = {caller: per_call * len(calls), other: other_before}
+    for subject in (caller, other):
+        rows = spend_rows(document, subject)
+        shown = ", ".join(
+            f"{row.get('budget')} {row.get('spent')}/{row.get('limit')} per {row.get('per')} "
+            f"({row.get('used_percent')}%, resets {row.get('resets_at')})"
+            for row in rows
+        )
+        v.note(f"make spend --json: {short_name(subject)}: {shown or 'no row'}")
+    v.note(f"counters read straight from Redis: {format_counters({s: counters.get(s, 0) for s in expected})}")
+    for index, call in enumerate(calls, start=1):
+        _expect_ok(v, f"{short_name(caller)} call {index}", call, per_call)
+    for subject, want in expected.items():
+        rows = spend_rows(document, subject)
+        if not v.expect(bool(rows), f"make spend --json has no row for {subject}"):
+            continue
+        for row in rows:
+            v.expect_equal(f"{short_name(subject)}'s spent ({row.get('budget')})", row.get("spent"), want)
+        v.expect_equal(
+            f"{short_name(subject)}'s spent in the report vs in Redis", rows[0].get("spent"), counters.get(subject)
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -67,6 +68,15 @@ class LiveEnv:
         """Waits for the charges (made at stream end) to land; keys are actor names."""
         totals = self.counters.wait_for({self.subject(a): v for a, v in expected.items()}, timeout=timeout)
         return {actor: totals[self.subject(actor)] for actor in expected}
+
+    def spend_report(self) -> dict[str, Any]:
+        """`make -s spend STACK=<dev> ARGS=--json`, exactly as a user runs it; its JSON document."""
+        result = self.runner(
+            ["make", "-s", "spend", f"STACK={self.settings.pulumi_stack}", "ARGS=--json"],
+            timeout=120.0,
+            cwd=str(self.settings.root),
+        )
+        return json.loads(check(result, "make spend ARGS=--json").stdout)
 
     def call(self, actor: str, **spec: Any) -> Call:
         return self.probe.call(actor, **spec)

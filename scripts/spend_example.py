@@ -1,0 +1,171 @@
+"""Regenerate the example output and the field tables in docs/spend.md from the real report.
+
+    venv/bin/python scripts/spend_example.py          # rewrite the blocks between the GENERATED markers
+    venv/bin/python scripts/spend_example.py --check  # exit 1 when the committed blocks are out of date
+
+The examples are real runs of `python -m tools.spend` (its `run` function, nothing mocked): the budgets of
+Pulumi.prod.yaml (with agents/coder-2 suspended), its Redis pointed at a local redis-server that holds
+counters written the way envoyproxy/ratelimit writes them (INCRBY + EXPIRE, keys from the rate-limit model),
+and the clock fixed at 2026-11-30 18:48:00 UTC so the text does not change from run to run.
+tests/test_spend_docs.py runs the check on every `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core import spend  # noqa: E402
+from core.manifests import BUDGET_POLICY_NAME  # noqa: E402
+from tools.spend import cli  # noqa: E402
+from tools.spend.stack import load_stack  # noqa: E402
+
+DOC = ROOT / "docs" / "spend.md"
+NOW = 1796064480  # 2026-11-30T18:48:00Z, a Monday
+EXAMPLE_STACK = "prod"
+# What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml: tokens, or
+# mills ($0.001) for a usd limit. agents/research-1's budget has three limits (tokens/Hour, $/Day, $/Month).
+COUNTERS = {
+    ("agents/support-2", 0): 201_350,
+    ("agents/support-1", 0): 184_200,
+    ("agents/research-1", 0): 120_000,
+    ("agents/research-1", 1): 4_210,
+    ("agents/research-1", 2): 31_870,
+    ("agents/coder-1", 0): 1_240_000,
+    ("agents/nightly-batch", 0): 9_800_000,
+}
+SUSPENDED = ["agents/coder-2"]
+_BLOCK = re.compile(r"(<!-- GENERATED:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /GENERATED:(?P=name) -->)", re.S)
+
+
+def example_project(folder: Path, redis_port: int) -> Path:
+    """Pulumi.yaml and Pulumi.prod.yaml, the Redis URL pointed at the local server (no TLS)."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{EXAMPLE_STACK}.yaml").read_text(encoding="utf-8"))
+    config = document["config"]
+    config["agent-budgets:redis"] = {"mode": "external", "url": f"localhost:{redis_port}"}
+    config["agent-budgets:suspended"] = list(SUSPENDED)
+    for key in ("openaiApiKey", "anthropicApiKey", "redisPassword"):
+        config[f"agent-budgets:{key}"] = {"secure": "v1:example"}
+    (folder / "Pulumi.yaml").write_bytes((ROOT / "Pulumi.yaml").read_bytes())
+    (folder / f"Pulumi.{EXAMPLE_STACK}.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    return folder
+
+
+def seed_counters(client: Any, project: Path) -> None:
+    """Write each actor's counter for the window of NOW as ratelimit does: INCRBY, then EXPIRE."""
+    validated = load_stack(project, EXAMPLE_STACK).validate()
+    namespace = validated.settings.gateway.namespace
+    actors = sorted({actor for actor, _ in COUNTERS})
+    plan = spend.plan_counters(actors, validated.rules, namespace, BUDGET_POLICY_NAME, NOW)
+    assert {(c.actor, c.limit_index) for c in plan.counters} == set(COUNTERS), "Pulumi.prod.yaml's budgets moved"
+    pipeline = client.pipeline(transaction=False)
+    for counter in plan.counters:
+        pipeline.incrby(counter.key, COUNTERS[counter.actor, counter.limit_index])
+        pipeline.expire(counter.key, counter.resets_at - counter.window_start)
+    pipeline.execute()
+
+
+def run_spend(project: Path, password: str, options: Sequence[str]) -> tuple[int, str, str]:
+    args = cli.build_parser().parse_args(["--project-dir", str(project), "--stack", EXAMPLE_STACK, *options])
+    out, err = io.StringIO(), io.StringIO()
+    status = cli.run(args, out, err, clock=lambda: NOW, environ={cli.PASSWORD_ENV: password})
+    return status, out.getvalue(), err.getvalue()
+
+
+def _session(command: str, status: int, out: str, err: str) -> str:
+    text = f"$ {command}\n{out}{err}"
+    if status:
+        text += f"$ echo $?\n{status}\n"
+    return "```console\n" + text + "```\n"
+
+
+def field_table(fields: dict[str, str], header: str) -> str:
+    lines = [f"| {header} | meaning |", "| --- | --- |"]
+    lines += [f"| `{name}` | {meaning} |" for name, meaning in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def metric_table() -> str:
+    lines = ["| metric (gauge) | meaning |", "| --- | --- |"]
+    lines += [f"| `{gauge.name}` | {gauge.help} |" for gauge in (*spend.PROMETHEUS_GAUGES, spend.REPORT_TIMESTAMP)]
+    lines.append("")
+    lines.append(
+        f"Every series but the last carries the labels {', '.join(f'`{x}`' for x in spend.PROMETHEUS_LABELS)}."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def generate(redis_port: int, password: str, client: Any) -> dict[str, str]:
+    """Every generated block of docs/spend.md, by name."""
+    with tempfile.TemporaryDirectory(prefix="agent-budgets-spend-example-") as folder:
+        project = example_project(Path(folder), redis_port)
+        client.flushall()
+        seed_counters(client, project)
+        make = f"make spend STACK={EXAMPLE_STACK}"
+        runs: dict[str, tuple[str, Sequence[str]]] = {
+            "table": (make, []),
+            "over": (f"{make} ARGS='--over 90'", ["--over", "90"]),
+            "json": (f"{make} ARGS='--json --actor agents/coder-1'", ["--json", "--actor", "agents/coder-1"]),
+            "research": (f"{make} ARGS='--actor agents/research-1'", ["--actor", "agents/research-1"]),
+            "prometheus": (
+                f"{make} ARGS='--prometheus --actor agents/research-1'",
+                ["--prometheus", "--actor", "agents/research-1"],
+            ),
+            "fail-over": (f"{make} ARGS='--fail-over 90 --over 90'", ["--fail-over", "90", "--over", "90"]),
+        }
+        blocks = {
+            name: _session(command, *run_spend(project, password, options)) for name, (command, options) in runs.items()
+        }
+        client.flushall()
+    blocks["json-fields"] = (
+        field_table(spend.JSON_TOP_FIELDS, "field") + "\n" + field_table(spend.JSON_ROW_FIELDS, "row field")
+    )
+    blocks["metrics"] = metric_table()
+    return blocks
+
+
+def replace_blocks(text: str, blocks: dict[str, str]) -> str:
+    """The document with every GENERATED block's body replaced; a block the document lacks is an error."""
+    missing = set(blocks) - {match.group("name") for match in _BLOCK.finditer(text)}
+    if missing:
+        raise ValueError(f"docs/spend.md lacks the GENERATED blocks {sorted(missing)}")
+    return _BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + m.group(4), text)
+
+
+def main(argv: list[str] | None = None, start: Callable[..., Any] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report whether the committed blocks are current")
+    args = parser.parse_args(argv)
+    from tests.support.redis_server import local_redis
+
+    with (start or local_redis)("example-redis-password") as server:
+        blocks = generate(server.port, server.password, server.client())
+    current = DOC.read_text(encoding="utf-8")
+    wanted = replace_blocks(current, blocks)
+    if args.check:
+        if current != wanted:
+            print(
+                f"{DOC.relative_to(ROOT)} is out of date: run `venv/bin/python scripts/spend_example.py`",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    if current != wanted:
+        DOC.write_text(wanted, encoding="utf-8")
+        print(f"updated {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""The pure half of the spend report (core/spend.py): which counters, rows, order, thresholds and formats."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core import spend
+from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, actors_regex, compile_budget_rules
+from core.ratelimit_model import rules_for_actor
+from core.settings import BudgetsConfig
+
+NOW = 1796064480  # 2026-11-30T18:48:00Z
+DAY_END = 1796083200
+
+
+def compiled(classes=(), slots=2, limit_slots=1) -> BudgetRules:
+    budgets = BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}, "classes": list(classes)})
+    return compile_budget_rules(budgets, slots, limit_slots)
+
+
+RESEARCH = {
+    "name": "research",
+    "limits": [{"tokens": 400_000, "per": "Hour"}, {"usd": 5, "per": "Day"}],
+    "actors": ["agents/r"],
+}
+
+
+def counter(**changes) -> spend.Counter:
+    fields = {
+        "actor": "a/b",
+        "subject": "actor/a/b",
+        "budget": "default",
+        "rule": 0,
+        "limit_index": 0,
+        "unit": "tokens",
+        "limit": 500,
+        "requests": 500,
+        "per": "Day",
+        "key": "k",
+        "window_start": DAY_END - 86_400,
+        "resets_at": DAY_END,
+    }
+    return spend.Counter(**{**fields, **changes})
+
+
+def test_plan_asks_the_rate_limit_model_for_every_key():
+    rules = compiled([{"name": "large", "tokens": 5000, "per": "Hour", "actors": ["agents/b"]}])
+    plan = spend.plan_counters(["agents/a", "agents/b"], rules, "ns", "policy", NOW)
+    for planned in plan.counters:
+        (applied,) = rules_for_actor("ns", "policy", rules.specs(), planned.subject)
+        assert planned.key == applied.counter_key(NOW)
+        assert (planned.rule, planned.requests, planned.per) == (applied.index, applied.requests, applied.unit)
+    assert [(c.actor, c.budget, c.per, c.window_start, c.resets_at) for c in plan.counters] == [
+        ("agents/a", "default", "Day", 1795996800, DAY_END),
+        ("agents/b", "large", "Hour", 1796061600, 1796065200),
+    ]
+    assert plan.unmetered == ()
+
+
+def test_every_limit_of_a_budget_is_a_row_in_its_own_unit_and_reserved_slots_are_not():
+    rules = compiled([RESEARCH], limit_slots=3)
+    assert any(rule.reserved for rule in rules.rules)
+    plan = spend.plan_counters(["agents/r", "agents/a"], rules, "ns", "p", NOW, suspended={"agents/r"})
+    assert [(c.actor, c.budget, c.limit_index, c.unit, c.limit, c.requests, c.suspended) for c in plan.counters] == [
+        ("agents/r", "research", 0, "tokens", 400_000, 400_000, True),
+        ("agents/r", "research", 1, "usd", Decimal(5), 5000, True),
+        ("agents/a", "default", 0, "tokens", 500, 500, False),
+    ]
+    tokens, usd, default = plan.counters
+    report = spend.build_report("s", "ns/p", NOW, plan, {tokens.key: b"100000", usd.key: b"4210", default.key: b"0"})
+    rows = {(r.counter.actor, r.counter.limit_index): r for r in report.rows}
+    assert (rows["agents/r", 1].spent, rows["agents/r", 1].remaining) == (Decimal("4.210"), Decimal("0.790"))
+    assert rows["agents/r", 1].used == Fraction(4210, 5000)
+    assert [(r.counter.actor, r.counter.limit_index) for r in report.rows] == [
+        ("agents/r", 1),
+        ("agents/r", 0),
+        ("agents/a", 0),
+    ]
+    lines = spend.render_table(report).splitlines()
+    assert lines[1].split()[:6] == ["agents/r", "research", "$5.00/Day", "$4.21", "$0.79", "84.2%"]
+    assert lines[1].split()[6] == "403"
+    assert lines[2].split()[:6] == ["agents/r", "research", "400,000/Hour", "100,000", "300,000", "25.0%"]
+    document = spend.row_document(rows["agents/r", 1], NOW)
+    assert {k: document[k] for k in ("unit", "limit", "spent", "remaining", "counter_value", "counter_limit")} == {
+        "unit": "usd",
+        "limit": 5.0,
+        "spent": 4.21,
+        "remaining": 0.79,
+        "counter_value": 4210,
+        "counter_limit": 5000,
+    }
+    assert document["suspended"] is True
+
+
+def test_an_actor_no_rule_charges_is_listed_as_unmetered():
+    only_a = (
+        {"name": "x-actor-id", "type": "Distinct"},
+        {"name": "x-actor-id", "type": "RegularExpression", "value": actors_regex(["agents/a"])},
+    )
+    rule = CompiledRule(0, "default", 0, 0, LimitSpec("tokens", 500, "Day"), (), only_a)
+    plan = spend.plan_counters(["agents/a", "agents/b"], BudgetRules((rule,), 0, 0), "ns", "p", NOW)
+    assert [c.actor for c in plan.counters] == ["agents/a"] and plan.unmetered == ("agents/b",)
+    text = spend.render_table(spend.build_report("s", "ns/p", NOW, plan, {}))
+    assert text.endswith("not metered by any rule (calls are not counted): agents/b\n")
+
+
+def test_rows_sort_by_share_then_actor_and_thresholds_are_exact():
+    rules = compiled([{"name": "three", "tokens": 3, "per": "Day", "actors": ["agents/c"]}])
+    plan = spend.plan_counters(["agents/b", "agents/a", "agents/c"], rules, "ns", "p", NOW)
+    keys = {c.actor: c.key for c in plan.counters}
+    values = {keys["agents/a"]: "400", keys["agents/b"]: "400", keys["agents/c"]: 2}
+    report = spend.build_report("s", "ns/p", NOW, plan, values)
+    assert [r.counter.actor for r in report.rows] == ["agents/a", "agents/b", "agents/c"]
+    # 2 of 3 is 66.66...%: at or above 66.66, below 66.67; 400 of 500 is exactly 80%.
+    assert [r.counter.actor for r in spend.rows_at_or_above(report.rows, 66.66)] == ["agents/a", "agents/b", "agents/c"]
+    assert [r.counter.actor for r in spend.rows_at_or_above(report.rows, 66.67)] == ["agents/a", "agents/b"]
+    assert [r.counter.actor for r in spend.rows_at_or_above(report.rows, 80)] == ["agents/a", "agents/b"]
+    assert spend.rows_at_or_above(report.rows, 80.0001) == []
+    assert [r.counter.actor for r in spend.rows_of_actor(report.rows, "actor/agents/c")] == ["agents/c"]
+    assert report.rows[2].used_percent == 66.67
+    with pytest.raises(ValueError):
+        spend.percent_threshold(float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("value", "remaining", "refused"), [(0, 500, False), (499, 1, False), (500, 0, False), (501, 0, True)]
+)
+def test_remaining_and_refused_follow_ratelimits_over_the_limit_rule(value, remaining, refused):
+    row = spend.SpendRow(counter(), value)
+    assert (row.remaining, row.refused) == (remaining, refused)
+
+
+@pytest.mark.parametrize(("amount", "unit", "text"), [
+    (1_240_000, "tokens", "1,240,000"),
+    (Decimal(5), "usd", "$5.00"),
+    (Decimal("4.21"), "usd", "$4.21"),
+    (Decimal("3.217"), "usd", "$3.217"),
+    (Decimal("1234.5"), "usd", "$1,234.50"),
+    (Decimal("0.001"), "usd", "$0.001"),
+])  # fmt: skip
+def test_amounts_are_tokens_or_dollars_to_the_mill(amount, unit, text):
+    assert spend.format_amount(amount, unit) == text
+
+
+@pytest.mark.parametrize(("raw", "value"), [(None, 0), (b"0", 0), (b"1200", 1200), ("7", 7), (42, 42)])
+def test_counter_values_as_redis_returns_them(raw, value):
+    assert spend.parse_counter_value("k", raw) == value
+
+
+@pytest.mark.parametrize("raw", [b"12.5", b"", b"-3", "abc", b"\xff"])
+def test_values_that_are_not_counters_are_refused(raw):
+    with pytest.raises(spend.SpendError, match="'k'"):
+        spend.parse_counter_value("k", raw)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (59, "59s"), (60, "1m"), (61, "1m 1s"), (3600, "1h"), (3659, "1h"), (18720, "5h 12m"),
+     (86400, "1d"), (3 * 86400 + 4 * 3600 + 59, "3d 4h"), (30 * 86400, "30d")],
+)  # fmt: skip
+def test_durations_read_like_people_say_them(seconds, text):
+    assert spend.format_duration(seconds) == text
+
+
+def test_prometheus_output_parses_and_escapes_label_values():
+    odd = counter(actor='a/"odd"\\x', budget="de\nfault", rule=3, per="Week", limit=1000, requests=1000)
+    usd = counter(budget="research", rule=4, limit_index=1, unit="usd", limit=Decimal(5), requests=5000)
+    report = spend.SpendReport('st"ack', "ns/p", 100, (spend.SpendRow(odd, 250), spend.SpendRow(usd, 4210)))
+    families = {f.name: f for f in text_string_to_metric_families(spend.render_prometheus(report))}
+    first = families["agent_budgets_used_ratio"].samples[0]
+    assert first.labels == {
+        "stack": 'st"ack',
+        "actor": 'a/"odd"\\x',
+        "budget": "de\nfault",
+        "rule": "3",
+        "limit": "0",
+        "per": "Week",
+    }
+    assert first.value == 0.25
+    assert [s.value for s in families["agent_budgets_spent_tokens"].samples] == [250]
+    assert [s.value for s in families["agent_budgets_spent_usd"].samples] == [4.21]
+    assert [s.value for s in families["agent_budgets_remaining_usd"].samples] == [0.79]
+    tokens_only = spend.SpendReport("s", "ns/p", 100, (spend.SpendRow(counter(), 1),))
+    assert "agent_budgets_spent_usd" not in spend.render_prometheus(tokens_only)
+
+
+def test_json_row_fields_are_exactly_the_documented_ones():
+    document = spend.row_document(spend.SpendRow(counter(window_start=1795996800), 600), NOW)
+    assert list(document) == list(spend.JSON_ROW_FIELDS)
+    assert (document["used_percent"], document["refused"], document["remaining"]) == (120.0, True, 0)
+    assert document["window_start"] == "2026-11-30T00:00:00Z"

@@ -1,0 +1,149 @@
+"""Read a stack's configuration from `Pulumi.<stack>.yaml` (no Pulumi CLI, no backend, no passphrase).
+
+Budgets are not secret, so the stack file is enough. The raw `agent-budgets:*` map is built the way the
+program's edge builds it from the engine (`components/program.py`): keys without the project prefix,
+structured values as data, and every secret replaced by a placeholder (its value is never read here). It is
+then checked by the program's own validation, `core.validation.validate_stack`, so a configuration that
+`pulumi preview` refuses is refused here with the same messages.
+
+Pulumi's rules followed here (pulumi/pulumi `sdk/go/common/workspace/project.go` and `config` packages):
+stack files live beside `Pulumi.yaml` unless `stackConfigDir` says otherwise; a secret is stored as
+`{secure: <ciphertext>}`; project-level values in `Pulumi.yaml` (`config: {key: value}` or
+`{key: {value: ...}}`) apply to every stack and a stack file overrides them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from core.settings import PROJECT, SECRET_PLACEHOLDER, decode_config_value
+from core.validation import ValidatedStack, validate_stack
+
+PROJECT_FILE = "Pulumi.yaml"
+# Keys of a project-level config entry written as a schema rather than a plain value.
+_SCHEMA_KEYS = frozenset({"type", "description", "default", "value", "secret", "items"})
+
+
+class StackError(Exception):
+    """The stack cannot be read: no project, no such stack, or a stack file that is not YAML."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One stack's `agent-budgets:*` configuration as the program would receive it."""
+
+    name: str
+    path: Path
+    raw: dict[str, Any]
+    secret_keys: frozenset[str]
+
+    def secret_state(self, key: str) -> tuple[bool, bool]:
+        """Whether `agent-budgets:<key>` is set, and whether it is stored as a secret."""
+        return key in self.raw, key in self.secret_keys
+
+    def validate(self) -> ValidatedStack:
+        """The program's own validation; raises `core.settings.ConfigError` exactly as `pulumi preview` would."""
+        return validate_stack(self.raw, self.secret_state)
+
+
+def find_project_dir(start: Path) -> Path:
+    """The nearest folder at or above `start` holding `Pulumi.yaml`."""
+    for folder in (start, *start.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    raise StackError(
+        f"no {PROJECT_FILE} in {start} or above it: run from the agent-budgets checkout, or pass --project-dir"
+    )
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise StackError(f"{path} is not valid YAML: {error}") from None
+
+
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) == {"secure"}
+
+
+def _without_secrets(value: Any) -> tuple[Any, bool]:
+    """The value with every `{secure: ...}` replaced by the placeholder, and whether there was one."""
+    if _is_secure(value):
+        return SECRET_PLACEHOLDER, True
+    if isinstance(value, Mapping):
+        found = False
+        cleaned: dict[str, Any] = {}
+        for key, item in value.items():
+            cleaned[key], secret = _without_secrets(item)
+            found = found or secret
+        return cleaned, found
+    if isinstance(value, list):
+        items = [_without_secrets(item) for item in value]
+        return [item for item, _ in items], any(secret for _, secret in items)
+    return value, False
+
+
+def _project_key(key: str) -> str | None:
+    """`agent-budgets:actors` → `actors`; keys of other namespaces → None."""
+    if key.startswith(f"{PROJECT}:"):
+        return key.removeprefix(f"{PROJECT}:")
+    return None
+
+
+def project_defaults(project_document: Mapping[str, Any]) -> dict[str, Any]:
+    """Project-level `agent-budgets:*` values of `Pulumi.yaml` (a bare key belongs to the project)."""
+    values: dict[str, Any] = {}
+    for key, entry in (project_document.get("config") or {}).items():
+        name = _project_key(key) if ":" in key else key
+        if name is None:
+            continue
+        if isinstance(entry, Mapping) and entry and set(entry) <= _SCHEMA_KEYS:
+            if "value" in entry:
+                values[name] = entry["value"]
+            elif "default" in entry:
+                values[name] = entry["default"]
+            continue
+        values[name] = entry
+    return values
+
+
+def stack_names(config_dir: Path) -> list[str]:
+    """The stacks that have a file in `config_dir`."""
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in config_dir.glob("Pulumi.*.yaml"))
+
+
+def load_stack(project_dir: Path, stack: str) -> StackConfig:
+    """`Pulumi.<stack>.yaml` (over the project's defaults) as the raw map the program validates."""
+    project_document = _load_yaml(project_dir / PROJECT_FILE) or {}
+    if not isinstance(project_document, Mapping):
+        raise StackError(f"{project_dir / PROJECT_FILE} is not a Pulumi project file")
+    config_dir = project_dir / str(project_document.get("stackConfigDir") or ".")
+    if not stack or "/" in stack or stack != stack.strip():
+        raise StackError(f"{stack!r} is not a stack name: use the name of a Pulumi.<stack>.yaml, e.g. dev")
+    path = config_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        known = stack_names(config_dir)
+        raise StackError(
+            f"unknown stack {stack!r}: there is no {path.name} in {config_dir}. "
+            f"Stacks with a file here: {', '.join(known) or 'none'}"
+        )
+    document = _load_yaml(path) or {}
+    if not isinstance(document, Mapping) or not isinstance(document.get("config") or {}, Mapping):
+        raise StackError(f"{path} has no `config:` map: it is not a Pulumi stack file")
+    raw = {key: decode_config_value(value) for key, value in project_defaults(project_document).items()}
+    secret_keys: set[str] = set()
+    for key, value in (document.get("config") or {}).items():
+        name = _project_key(str(key))
+        if name is None:
+            continue
+        cleaned, secret = _without_secrets(value)
+        raw[name] = cleaned if secret else decode_config_value(cleaned)
+        if secret:
+            secret_keys.add(name)
+    return StackConfig(stack, path, raw, frozenset(secret_keys))
