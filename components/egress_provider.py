@@ -1,47 +1,82 @@
 """Pulumi dynamic provider for Substrate actor egress policies, driven through ``kubectl ate``.
 
 Substrate's API server (ateapi) stores an actor's egress policy; it is not a Kubernetes object, so
-``pulumi_kubernetes`` cannot manage it. This provider shells out to the ``kubectl ate`` plugin:
+``pulumi_kubernetes`` cannot manage it. This provider runs the ``kubectl ate`` plugin, one process per
+call (agent-substrate/substrate ``cmd/kubectl-ate/internal/cmd/egress_policy.go`` and ``root.go``):
 
-    <kubectl> ate create egress-policy <actor> -a <atespace> --context <ctx> -f -
-    <kubectl> ate get    egress-policy <actor> -a <atespace> --context <ctx> -o json
-    <kubectl> ate update egress-policy <actor> -a <atespace> --context <ctx> -f -
-    <kubectl> ate delete egress-policy <actor> -a <atespace> --context <ctx>
+    <kubectl> ate create egress-policy <actor> -a <atespace> --context <ctx> [--kubeconfig <file>] -f - -o json
+    <kubectl> ate get    egress-policy <actor> -a <atespace> --context <ctx> [--kubeconfig <file>] -o json
+    <kubectl> ate update egress-policy <actor> -a <atespace> --context <ctx> [--kubeconfig <file>] -f - -o json
+    <kubectl> ate delete egress-policy <actor> -a <atespace> --context <ctx> [--kubeconfig <file>] --uid U --version V
 
-Only ``get`` is documented with ``-o``, so ``create`` and ``update`` are run without it and their
-output is not read: after a successful write, a ``get -o json`` reads the uid, version and rules.
+* ``--context``, ``--kubeconfig`` and ``-o`` are persistent flags of the root command (``root.go`` @2e3e300),
+  so every verb takes them; ``create`` and ``update`` print the stored policy (uid, version, rules) in the ``-o``
+  format, so a write needs no ``get`` afterwards. ``-f`` exists on create and update only, ``--uid`` and
+  ``--version`` on delete only (the guards; the server answers Aborted when they no longer match). The
+  first egress-policy commands were get and create only (``egress_policy.go`` @d07c205); update and the
+  guarded delete are there @18d1c266, and ``scripts/up.sh`` checks the pinned checkout for them.
+* The flags go after the plugin name: kubectl refuses flags before it ("flags cannot be placed before plugin
+  name"). A build without one of them answers ``unknown flag``: reported as a version skew.
+* ``--kubeconfig`` is a path (``internal/ateclient/builder.go`` passes it to client-go as the explicit
+  path). Kubeconfig *contents* from the stack config are written to a private temporary file for the
+  duration of one operation and removed afterwards; the value stays a secret in the state.
+* Every process requests a service-account token and opens a port-forward before its single gRPC call
+  (``internal/ateclient/bearer_token.go``, ``portforward.go``), so a call costs about a second.
 
-``--context`` goes after the plugin name: kubectl refuses global flags placed before a plugin
-("flags cannot be placed before plugin name"), so the flag reaches kubectl-ate itself. A
-kubectl-ate build without that flag answers ``unknown flag: --context``; that is reported as a
-version skew with the instructions to rebuild kubectl-ate at the pinned Substrate ref.
+Scale: one Pulumi resource per *shard* of actors (:class:`EgressPolicyShard`, 64 stable shards by a hash of
+the actor name), each running its actors' calls in a bounded thread pool (``substrate.egress.concurrency``).
+Pulumi's Python dynamic-provider host serves at most four calls at once (``pulumi/dynamic/__main__.py``
+in the pinned SDK 3.272.0: ``ThreadPoolExecutor(max_workers=4)``), whatever ``--parallel`` says, so one
+resource per actor can never have more than four processes in flight. A shard records, per actor, the
+fingerprint of the live rules and the policy's uid and version: a no-op preview or ``up`` compares
+fingerprints and runs no process, a shared-setting change writes each policy once with the recorded
+preconditions, adding or removing an actor is one call.
 
-Pulumi pickles the provider object (dill) into the state; it carries no attributes, and everything
-it calls lives at the top level of this importable module.
+Every call is safe to retry (get reads; create recovers through AlreadyExists; update and delete are
+guarded by uid and version; delete treats NotFound as done): Unavailable, DeadlineExceeded, connection
+failures and timeouts are retried with capped exponential backoff and full jitter.
+
+Pulumi pickles each provider object (dill) into the state by reference to this module and class name:
+``components.egress_provider.EgressShardProvider`` for the shards, and
+``components.egress_provider.ActorEgressPolicyProvider`` in stacks created before the shards (one resource
+per actor). Both names must stay importable here: refresh and destroy of existing stacks load them
+(tests/test_egress_provider.py holds a blob from such a stack). The providers carry no attributes, and
+everything they call lives at the top level of this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import shlex
 import signal
 import subprocess
+import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import pulumi
 import pulumi.dynamic as dyn
 
 from core import egress
-from core.egress import PolicyInputs
+from core.egress import PolicyInputs, Recorded, ShardInputs
 
-UPDATE_ATTEMPTS = 5
-"""How many times an upsert retries when the server answers Aborted (a stale uid/version)."""
-RETRY_BACKOFF_SECONDS = 0.05
+RETRY_ATTEMPTS = 5
+"""Runs of one ``kubectl ate`` call at most, when it fails in a way that may pass (Unavailable,
+DeadlineExceeded, no connection, timeout)."""
+RETRY_BASE_SECONDS = 0.5
+RETRY_CAP_SECONDS = 8.0
+CONFLICT_ATTEMPTS = 5
+"""Rounds of one policy write at most, when its preconditions keep going stale (Aborted) or the policy
+keeps appearing and disappearing."""
+REPORTED_FAILURES = 10
 SUBSTRATE_REPO = "https://github.com/agent-substrate/substrate"
 PROVIDER_KEY = "__provider"  # where Pulumi keeps the pickled provider among the properties
 
@@ -56,9 +91,12 @@ UNKNOWN_FIELD = "UnknownField"
 UNKNOWN_FLAG = "UnknownFlag"
 INVALID_ARGUMENT = "InvalidArgument"
 PLUGIN_MISSING = "PluginMissing"
+KUBECONFIG = "Kubeconfig"
 UNAVAILABLE = "Unavailable"
 PERMISSION_DENIED = "PermissionDenied"
 UNKNOWN = "Unknown"
+
+RETRYABLE = frozenset({UNAVAILABLE})
 
 # gRPC code names as kubectl-ate prints them ("rpc error: code = AlreadyExists desc = ..."),
 # matched case-insensitively and with or without underscores (ALREADY_EXISTS).
@@ -79,6 +117,12 @@ _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (PLUGIN_MISSING, re.compile(r'unknown command "?ate"?|kubectl-ate: (command )?not found', re.IGNORECASE)),
     (UNKNOWN_FIELD, re.compile(r"unknown field", re.IGNORECASE)),
     (UNKNOWN_FLAG, re.compile(r"unknown (shorthand )?flag", re.IGNORECASE)),
+    (
+        KUBECONFIG,
+        re.compile(
+            r"failed to load kubeconfig|context was not found|no configuration has been provided", re.IGNORECASE
+        ),
+    ),
     (FAILED_PRECONDITION, re.compile(r"failed[\s_]*precondition|parent actor does not exist", re.IGNORECASE)),
     (ACTOR_NOT_FOUND, re.compile(r'actor "[^"]*" in atespace "[^"]*" not found', re.IGNORECASE)),
     (NOT_FOUND, re.compile(r"has no egress policy", re.IGNORECASE)),
@@ -92,7 +136,6 @@ _FALLBACK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (UNAVAILABLE, re.compile(r"unavailable|deadline[\s_]*exceeded|failed to connect", re.IGNORECASE)),
     (PERMISSION_DENIED, re.compile(r"permission[\s_]*denied|unauthenticated|forbidden", re.IGNORECASE)),
 )
-
 
 # cobra's wording: "unknown flag: --context", "unknown shorthand flag: 'o' in -o".
 _UNKNOWN_FLAG_RE = re.compile(r"unknown (?:shorthand )?flag:\s*(?:'[^']*' in )?(-{1,2}[A-Za-z0-9][-A-Za-z0-9]*)")
@@ -141,6 +184,10 @@ class VersionSkewError(EgressPolicyError):
     pass
 
 
+class KubeconfigError(EgressPolicyError):
+    pass
+
+
 class UpdateConflictError(EgressPolicyError):
     pass
 
@@ -149,6 +196,14 @@ class KubectlAteCommandError(EgressPolicyError):
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+FATAL_ERRORS = (KubectlAteMissingError, VersionSkewError, KubeconfigError)
+"""Failures that every other actor of the shard would meet too: the shard stops at the first one."""
+
+
+class ShardError(EgressPolicyError):
+    """Some actors of a shard failed; the others were done (and are found done by the next ``up``)."""
 
 
 def build_instructions(substrate_ref: str) -> str:
@@ -162,6 +217,57 @@ def build_instructions(substrate_ref: str) -> str:
     )
 
 
+# --- where the calls go -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """The kubectl binary, cluster and limits every call of one operation uses (plain values)."""
+
+    kubectl: str
+    kube_context: str
+    kubeconfig_path: str | None
+    timeout_seconds: float
+    substrate_ref: str
+
+    def flags(self) -> list[str]:
+        flags = ["--context", self.kube_context]
+        if self.kubeconfig_path:
+            flags += ["--kubeconfig", self.kubeconfig_path]
+        return flags
+
+
+@contextlib.contextmanager
+def kubeconfig_file(kubeconfig: str | None) -> Iterator[str | None]:
+    """The path to pass as ``--kubeconfig``: None (the ambient kubeconfig, as the Kubernetes provider
+    uses without the setting), the configured path, or a private temporary file holding the configured
+    contents, removed when the operation ends (``mkstemp`` creates it readable by this user only)."""
+    if not kubeconfig:
+        yield None
+        return
+    if not egress.kubeconfig_is_contents(kubeconfig):
+        yield os.path.expanduser(kubeconfig.strip())
+        return
+    descriptor, path = tempfile.mkstemp(prefix="agent-budgets-kubeconfig-", suffix=".yaml")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(kubeconfig)
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def target_of(shard: ShardInputs, kubeconfig_path: str | None) -> Target:
+    return Target(
+        kubectl=shard.kubectl,
+        kube_context=shard.kube_context,
+        kubeconfig_path=kubeconfig_path,
+        timeout_seconds=float(shard.timeout_seconds),
+        substrate_ref=shard.substrate_ref,
+    )
+
+
 # --- running kubectl ate ------------------------------------------------------------------------
 
 
@@ -172,45 +278,49 @@ class CliResult:
     stdout: str
     stderr: str
     kind: str = ""
+    attempts: int = 1
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0
 
 
+def backoff_seconds(attempt: int) -> float:
+    """Full jitter over a capped exponential: up to 0.5 s, 1 s, 2 s, 4 s, then 8 s."""
+    return random.uniform(0, min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (attempt - 1)))
+
+
 @dataclass(frozen=True)
 class AteClient:
-    """One actor's policy as seen through ``kubectl ate`` (plain values: picklable)."""
+    """One actor's policy as seen through ``kubectl ate``."""
 
-    kubectl: str
-    kube_context: str
+    target: Target
     atespace: str
     actor: str
-    timeout_seconds: float
-    substrate_ref: str
-
-    @classmethod
-    def for_inputs(cls, inputs: PolicyInputs) -> AteClient:
-        return cls(
-            kubectl=inputs.kubectl,
-            kube_context=inputs.kube_context,
-            atespace=inputs.atespace,
-            actor=inputs.actor,
-            timeout_seconds=float(inputs.timeout_seconds),
-            substrate_ref=inputs.substrate_ref,
-        )
 
     @property
     def ref(self) -> str:
         return f"{self.atespace}/{self.actor}"
 
     def argv(self, verb: str, *extra: str) -> list[str]:
-        args = [self.kubectl, "ate", verb, "egress-policy", self.actor, "-a", self.atespace]
-        if self.kube_context:
-            args += ["--context", self.kube_context]
-        return [*args, *extra]
+        base = [self.target.kubectl, "ate", verb, "egress-policy", self.actor, "-a", self.atespace]
+        return [*base, *self.target.flags(), *extra]
 
     def run(self, verb: str, *extra: str, stdin: str | None = None) -> CliResult:
+        """Run one call, again after a failure that may pass, up to :data:`RETRY_ATTEMPTS` runs."""
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                result = replace(self.run_once(verb, *extra, stdin=stdin), attempts=attempt)
+            except KubectlAteTimeoutError as exc:
+                if attempt == RETRY_ATTEMPTS:
+                    raise KubectlAteTimeoutError(f"{exc} ({RETRY_ATTEMPTS} attempts, each timed out)") from exc
+            else:
+                if result.ok or result.kind not in RETRYABLE or attempt == RETRY_ATTEMPTS:
+                    return result
+            time.sleep(backoff_seconds(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def run_once(self, verb: str, *extra: str, stdin: str | None = None) -> CliResult:
         argv = self.argv(verb, *extra)
         command = shlex.join(argv)
         try:
@@ -224,46 +334,69 @@ class AteClient:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise KubectlAteMissingError(
-                f"cannot run {self.kubectl!r} ({exc.strerror or exc}) for `{command}`: install kubectl "
-                f"or set the kubectl path, and {build_instructions(self.substrate_ref)}"
+                f"cannot run {self.target.kubectl!r} ({exc.strerror or exc}) for `{command}`: install kubectl "
+                f"or set the kubectl path, and {build_instructions(self.target.substrate_ref)}"
             ) from exc
         try:
-            stdout, stderr = proc.communicate(stdin, timeout=self.timeout_seconds)
+            stdout, stderr = proc.communicate(stdin, timeout=self.target.timeout_seconds)
         except subprocess.TimeoutExpired as exc:
             _kill_group(proc)
             proc.communicate()
             raise KubectlAteTimeoutError(
-                f"`{command}` did not finish within {self.timeout_seconds:g}s and was stopped: check that "
-                f"the cluster of kube context {self.kube_context!r} is reachable and Substrate's API "
+                f"`{command}` did not finish within {self.target.timeout_seconds:g}s and was stopped: check that "
+                f"the cluster of kube context {self.target.kube_context!r} is reachable and Substrate's API "
                 "server (Service api in ate-system) is up, or raise the timeout"
             ) from exc
         result = CliResult(command, proc.returncode, stdout, stderr)
-        if not result.ok:
-            result = CliResult(command, proc.returncode, stdout, stderr, classify_failure(stderr + "\n" + stdout))
-            if result.kind == PLUGIN_MISSING:
-                raise KubectlAteMissingError(
-                    f"`{command}` failed: the kubectl plugin `ate` is not installed "
-                    f"({_first_line(stderr)}); {build_instructions(self.substrate_ref)}"
-                )
-            if result.kind == UNKNOWN_FLAG:
-                raise VersionSkewError(self._unknown_flag_message(result))
-            if result.kind == UNKNOWN_FIELD:
-                raise VersionSkewError(
-                    f"`{command}` failed: a field was rejected as unknown ({_last_line(stderr)}). "
-                    "kubectl-ate, Substrate's API server and this program are out of step: "
-                    f"{build_instructions(self.substrate_ref)}, and check that the cluster runs the same "
-                    "Substrate version"
-                )
+        if result.ok:
+            return result
+        result = replace(result, kind=classify_failure(stderr + "\n" + stdout))
+        if result.kind == PLUGIN_MISSING:
+            raise KubectlAteMissingError(
+                f"`{command}` failed: the kubectl plugin `ate` is not installed "
+                f"({_first_line(stderr)}); {build_instructions(self.target.substrate_ref)}"
+            )
+        if result.kind == UNKNOWN_FLAG:
+            raise VersionSkewError(self._unknown_flag_message(result, verb))
+        if result.kind == UNKNOWN_FIELD:
+            raise VersionSkewError(
+                f"`{command}` failed: a field was rejected as unknown ({_last_line(stderr)}). "
+                "kubectl-ate, Substrate's API server and this program are out of step: "
+                f"{build_instructions(self.target.substrate_ref)}, and check that the cluster runs the same "
+                "Substrate version"
+            )
+        if result.kind == KUBECONFIG:
+            where = (
+                f"kubeconfig file {self.target.kubeconfig_path!r}"
+                if self.target.kubeconfig_path
+                else ("the ambient kubeconfig ($KUBECONFIG or ~/.kube/config)")
+            )
+            raise KubeconfigError(
+                f"`{command}` failed: {_last_line(stderr)}. kubectl-ate could not use kube context "
+                f"{self.target.kube_context!r} from {where}: set agent-budgets:kubernetes.context and "
+                "agent-budgets:kubernetes.kubeconfig to the cluster's"
+            )
         return result
 
-    def _unknown_flag_message(self, result: CliResult) -> str:
+    def _unknown_flag_message(self, result: CliResult, verb: str) -> str:
         flag = unknown_flag_of(result.stderr + "\n" + result.stdout) or "a flag"
         detail = _first_line(result.stderr) or _first_line(result.stdout)
         if flag == "--context":
             why = (
                 f"this kubectl-ate build has no --context flag, so it cannot be pointed at kube context "
-                f"{self.kube_context!r} (kubectl passes flags after the plugin name to the plugin, and "
+                f"{self.target.kube_context!r} (kubectl passes flags after the plugin name to the plugin, and "
                 "refuses them before it). It is not the kubectl-ate of the pinned Substrate version"
+            )
+        elif flag in ("--uid", "--version"):
+            why = (
+                "this kubectl-ate build's `delete egress-policy` has no --uid/--version guards, which the "
+                "pinned Substrate version has; kubectl-ate and this program are out of step"
+            )
+        elif flag in ("-a", "-f", "--atespace", "--filename"):
+            why = (
+                f"this kubectl-ate build has no `{verb} egress-policy` command (the first egress-policy "
+                "commands were get and create; update and delete came later), so it took the flags for "
+                f"those of `{verb}` itself"
             )
         else:
             why = (
@@ -272,7 +405,7 @@ class AteClient:
             )
         return (
             f"`{result.command}` failed: kubectl-ate rejected {flag} as an unknown flag ({detail}): "
-            f"{why}. Rebuild it: {build_instructions(self.substrate_ref)}"
+            f"{why}. Rebuild it: {build_instructions(self.target.substrate_ref)}"
         )
 
     # -- the four verbs
@@ -295,15 +428,19 @@ class AteClient:
         raise self.failure(result, "read")
 
     def create(self, document: Mapping[str, Any]) -> CliResult:
-        """Write a new policy. Its output is not parsed (``-o`` is documented for ``get`` only)."""
-        return self.run("create", "-f", "-", stdin=json.dumps(document))
+        """Write a new policy; on success stdout holds the stored policy (``-o json``)."""
+        return self.run("create", "-f", "-", "-o", "json", stdin=json.dumps(document))
 
     def update(self, document: Mapping[str, Any]) -> CliResult:
-        """Overwrite the policy (``document`` carries uid and version). Its output is not parsed."""
-        return self.run("update", "-f", "-", stdin=json.dumps(document))
+        """Overwrite the policy (``document`` carries uid and version); stdout holds the stored policy."""
+        return self.run("update", "-f", "-", "-o", "json", stdin=json.dumps(document))
 
-    def delete(self) -> CliResult:
-        return self.run("delete")
+    def delete(self, guard: Recorded | None) -> CliResult:
+        """Delete the policy, only if it still has ``guard``'s uid and version (when given)."""
+        extra = ["--uid", guard.uid] if guard and guard.uid else []
+        if guard and guard.version:
+            extra += ["--version", guard.version]
+        return self.run("delete", *extra)
 
     def failure(self, result: CliResult, action: str) -> EgressPolicyError:
         detail = _last_line(result.stderr) or _last_line(result.stdout) or f"exit status {result.returncode}"
@@ -321,8 +458,9 @@ class AteClient:
             ALREADY_EXISTS: "a policy exists already; run `pulumi refresh` and `pulumi up` again",
         }
         hint = hints.get(result.kind, "see the message above")
+        tries = f" after {result.attempts} attempts" if result.attempts > 1 else ""
         return KubectlAteCommandError(
-            f"`{result.command}` failed ({result.kind or UNKNOWN}): {detail}; {hint}", result.kind
+            f"`{result.command}` failed{tries} ({result.kind or UNKNOWN}): {detail}; {hint}", result.kind
         )
 
 
@@ -348,7 +486,8 @@ def _parse_policy(result: CliResult) -> dict[str, Any]:
         document = json.loads(result.stdout)
     except json.JSONDecodeError as exc:
         raise KubectlAteCommandError(
-            f"`{result.command}` printed something that is not JSON ({exc}); check the kubectl-ate version",
+            f"`{result.command}` printed something that is not JSON ({exc}): {result.stdout[:200]!r}; "
+            "check the kubectl-ate version",
             UNKNOWN,
         ) from exc
     if not isinstance(document, dict) or not isinstance(document.get("metadata"), dict):
@@ -358,18 +497,214 @@ def _parse_policy(result: CliResult) -> dict[str, Any]:
     return document
 
 
-# --- the provider -------------------------------------------------------------------------------
-
-
-def _outputs(inputs: PolicyInputs, live: Mapping[str, Any]) -> dict[str, Any]:
+def recorded_of(live: Mapping[str, Any]) -> Recorded:
     metadata = live.get("metadata") or {}
     version = metadata.get("version")
-    return {
-        **inputs.to_props(),
-        "uid": str(metadata.get("uid", "")),
-        "version": "" if version is None else str(egress.as_int(version)),
-        "rules": egress.normalize_rules(live.get("rules") or []),
-    }
+    return Recorded(str(metadata.get("uid", "")), "" if version is None else str(egress.as_int(version)))
+
+
+# --- one actor's policy -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Written:
+    """A policy as stored after :func:`ensure_policy`; ``adopted`` when it existed before the create."""
+
+    live: dict[str, Any]
+    adopted: bool = False
+
+    @property
+    def recorded(self) -> Recorded:
+        return recorded_of(self.live)
+
+    @property
+    def fingerprint(self) -> str:
+        return egress.rules_fingerprint(self.live.get("rules") or [])
+
+
+def ensure_policy(client: AteClient, inputs: PolicyInputs, recorded: Recorded | None) -> Written:
+    """Make the stored policy equal to ``inputs`` and return it as stored.
+
+    Without a record, create. On AlreadyExists the existing policy is *adopted*: read, then written
+    with its fresh uid and version even when its rules are already right, so its version moves. That
+    is what lets a delete guarded by an older record (a per-actor resource of an earlier version being
+    removed in the same ``up``, or a copy of this stack's older state) see Aborted and leave the policy
+    alone. With a record, update with its preconditions straight away (one call); on Aborted (changed
+    since), read and write again only if the rules differ; on NotFound, create. Each round is bounded
+    by :data:`CONFLICT_ATTEMPTS`.
+    """
+    egress.require_valid(inputs)
+    desired = egress.desired_rules(inputs)
+    guard = recorded if recorded and recorded.uid and recorded.version else None
+    try_create = guard is None
+    adopted = False
+    aborted = 0
+    for attempt in range(CONFLICT_ATTEMPTS):
+        if attempt:
+            time.sleep(backoff_seconds(attempt))
+        if try_create:
+            result = client.create(egress.build_policy(inputs))
+            if result.ok:
+                return Written(_parse_policy(result), adopted=False)
+            if result.kind != ALREADY_EXISTS:
+                raise client.failure(result, "create")
+            live = client.get()
+            if live is None:
+                continue  # created and deleted again by someone else meanwhile: create again
+            # an earlier attempt of this very create may have succeeded unseen (a timeout, Unavailable)
+            adopted = adopted or result.attempts == 1
+            guard, try_create = recorded_of(live), False
+        result = client.update(egress.build_policy(inputs, uid=guard.uid, version=guard.version))
+        if result.ok:
+            return Written(_parse_policy(result), adopted=adopted)
+        if result.kind == NOT_FOUND:
+            try_create = True  # deleted since it was recorded or read
+            continue
+        if result.kind != ABORTED:
+            raise client.failure(result, "update")
+        aborted += 1
+        live = client.get()
+        if live is None:
+            try_create = True
+            continue
+        if not adopted and egress.normalize_rules(live.get("rules") or []) == desired:
+            return Written(live)  # someone (an interrupted run of ours, or by hand) already wrote it
+        guard = recorded_of(live)
+    if aborted:
+        raise UpdateConflictError(
+            f"the egress policy of actor {client.ref} was still changing after {CONFLICT_ATTEMPTS} "
+            "attempts (Aborted: its uid/version moved between read and write); something else is "
+            "writing it. Stop the other writer, then run `pulumi up` again"
+        )
+    raise EgressPolicyError(
+        f"the egress policy of actor {client.ref} kept appearing and disappearing over "
+        f"{CONFLICT_ATTEMPTS} attempts; something else is creating and deleting it"
+    )
+
+
+DELETED, GONE, LEFT = "deleted", "gone", "left"
+
+
+def remove_policy(client: AteClient, guard: Recorded | None, *, strict: bool) -> tuple[str, str]:
+    """Delete the policy if it is still the one ``guard`` names; returns (outcome, detail).
+
+    ``deleted``; ``gone`` when there was nothing to delete (NotFound, or the actor is gone: deleting an
+    actor deletes its policy); ``left`` when the guards no longer match. ``strict`` leaves the policy on
+    any mismatch (a per-actor resource of an earlier version: a shard that adopted the policy moved its
+    version). Otherwise a policy with the same uid is the same object, edited since (by hand, or by an
+    interrupted run whose new version was never recorded): it is deleted with fresh guards; a new uid
+    means someone else recreated it, and it is left alone.
+    """
+    for _ in range(CONFLICT_ATTEMPTS):
+        result = client.delete(guard)
+        if result.ok:
+            return DELETED, ""
+        if result.kind in (NOT_FOUND, ACTOR_NOT_FOUND):
+            return GONE, ""
+        if result.kind != ABORTED:
+            raise client.failure(result, "delete")
+        if strict or guard is None:
+            return LEFT, f"changed since recorded as uid {guard.uid if guard else '?'}"
+        live = client.get()
+        if live is None:
+            return GONE, ""
+        fresh = recorded_of(live)
+        if fresh.uid != guard.uid:
+            return LEFT, f"recreated since: uid {guard.uid} is now {fresh.uid}"
+        guard = fresh
+    raise UpdateConflictError(
+        f"the egress policy of actor {client.ref} was still changing after {CONFLICT_ATTEMPTS} delete "
+        "attempts; something else is writing it. Stop the other writer, then run `pulumi up` again"
+    )
+
+
+# --- running a shard's actors concurrently -------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def _client(target: Target, ref: str) -> AteClient:
+    atespace, actor = ref.split("/", 1)
+    return AteClient(target, atespace, actor)
+
+
+def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], T]], action: str) -> dict[str, T]:
+    """Run ``work[ref]`` for every actor, at most ``shard.concurrency`` at once, all with one kubeconfig
+    file. Raises :class:`ShardError` naming each failed actor once all the others are done (or at the
+    first failure every actor would meet: no kubectl, another Substrate version, a bad kubeconfig)."""
+    results: dict[str, T] = {}
+    errors: dict[str, Exception] = {}
+    fatal: list[Exception] = []
+    stop = threading.Event()
+
+    def attempt(ref: str, target: Target) -> None:
+        if stop.is_set():
+            return
+        try:
+            results[ref] = work[ref](_client(target, ref))
+        except FATAL_ERRORS as exc:
+            fatal.append(exc)
+            stop.set()
+        except Exception as exc:  # reported per actor below
+            errors[ref] = exc
+
+    with kubeconfig_file(shard.kubeconfig) as path:
+        target = target_of(shard, path)
+        workers = max(1, min(shard.concurrency, len(work)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kubectl-ate") as pool:
+            for ref in work:
+                pool.submit(attempt, ref, target)
+    name = egress.shard_resource_name(shard.shard)
+    if fatal:
+        raise ShardError(
+            f"{name}: stopped after {len(results)} of {len(work)} actors ({action}): {fatal[0]}"
+        ) from fatal[0]
+    if errors:
+        lines = [f"  - {ref}: {errors[ref]}" for ref in sorted(errors)[:REPORTED_FAILURES]]
+        more = len(errors) - REPORTED_FAILURES
+        if more > 0:
+            lines.append(f"  - ... and {more} more")
+        raise ShardError(
+            f"{name}: {len(errors)} of {len(work)} actors failed ({action}); the other {len(results)} are done "
+            "and the next `pulumi up` finds them done. Fix the cause and run it again:\n" + "\n".join(lines)
+        )
+    return results
+
+
+def _warn(message: str) -> None:
+    """A warning on the Pulumi CLI: the provider host has no engine connection, so ``pulumi.log`` writes
+    it to stderr, which the engine shows as the plugin's diagnostic output."""
+    pulumi.log.warn(message)
+
+
+def _summary(refs: list[str]) -> str:
+    shown = ", ".join(refs[:REPORTED_FAILURES])
+    return shown + (f" and {len(refs) - REPORTED_FAILURES} more" if len(refs) > REPORTED_FAILURES else "")
+
+
+def _report_adopted(shard: ShardInputs, written: Mapping[str, Written]) -> None:
+    adopted = sorted(ref for ref, w in written.items() if w.adopted)
+    if adopted:
+        _warn(
+            f"{egress.shard_resource_name(shard.shard)}: adopted {len(adopted)} egress policies that existed "
+            f"already ({_summary(adopted)}): left by an interrupted run, by the per-actor resources of an "
+            "earlier version of this program, or created by someone else. They now belong to this stack: "
+            "removing the actor or `pulumi destroy` deletes them"
+        )
+
+
+def _report_left(shard: ShardInputs, outcomes: Mapping[str, tuple[str, str]]) -> None:
+    left = sorted(ref for ref, (outcome, _) in outcomes.items() if outcome == LEFT)
+    if left:
+        details = "; ".join(f"{ref}: {outcomes[ref][1]}" for ref in left[:REPORTED_FAILURES])
+        _warn(
+            f"{egress.shard_resource_name(shard.shard)}: did not delete {len(left)} egress policies recreated "
+            f"by someone else since Pulumi last read them ({details}). Delete them by hand if they should go: "
+            "kubectl ate delete egress-policy <actor> -a <atespace>"
+        )
+
+
+# --- the shard provider --------------------------------------------------------------------------
 
 
 def _contains_unknown(value: Any) -> bool:
@@ -383,98 +718,40 @@ def _contains_unknown(value: Any) -> bool:
     return False
 
 
-def _inputs_of(props: Mapping[str, Any], id_: str = "") -> PolicyInputs:
-    inputs = PolicyInputs.from_props(props)
-    if (not inputs.atespace or not inputs.actor) and id_.count("/") == 1:
-        atespace, actor = id_.split("/")
-        inputs = PolicyInputs.from_props({**props, "atespace": atespace, "actor": actor})
-    return inputs
+def shard_outputs(shard: ShardInputs, live: Mapping[str, str], records: Mapping[str, Recorded]) -> dict[str, Any]:
+    """The outputs: the inputs, each actor's live fingerprint, and its recorded uid and version."""
+    return {
+        **shard.to_props(),
+        "actors": {ref: live.get(ref, egress.ABSENT) for ref in sorted(live)},
+        "policies": {ref: {"uid": r.uid, "version": r.version} for ref, r in sorted(records.items())},
+    }
 
 
-def upsert(client: AteClient, inputs: PolicyInputs, *, create_first: bool) -> dict[str, Any]:
-    """Make the stored policy equal to ``inputs``; returns the live policy afterwards.
-
-    ``create_first`` (Pulumi create): create; on AlreadyExists, get, compare and update only if
-    different. Otherwise (Pulumi update): get first and update with the fresh uid and version.
-    Either way, Aborted (a stale uid/version) and races with a concurrent create or delete are
-    retried up to :data:`UPDATE_ATTEMPTS` times. After a successful write the policy is read back
-    with ``get`` (create and update print nothing this relies on); if it is gone by then, the loop
-    goes round again.
-    """
-    egress.require_valid(inputs)
-    desired = egress.desired_rules(inputs)
-    try_create = create_first
-    aborted = 0
-    for attempt in range(UPDATE_ATTEMPTS):
-        if attempt:
-            time.sleep(RETRY_BACKOFF_SECONDS * attempt)
-        if try_create:
-            result = client.create(egress.build_policy(inputs))
-            if result.ok:
-                written = client.get()
-                if written is not None:
-                    return written
-                continue  # deleted right after our create: create it again
-            if result.kind != ALREADY_EXISTS:
-                raise client.failure(result, "create")
-        live = client.get()
-        if live is None:
-            try_create = True  # gone (or never there): create it on the next pass
-            continue
-        try_create = False
-        if egress.normalize_rules(live.get("rules") or []) == desired:
-            return live  # already as wanted: no write
-        metadata = live.get("metadata") or {}
-        document = egress.build_policy(inputs, uid=metadata.get("uid"), version=metadata.get("version"))
-        result = client.update(document)
-        if result.ok:
-            written = client.get()
-            if written is not None:
-                return written
-            try_create = True  # deleted right after our update
-            continue
-        if result.kind == ABORTED:
-            aborted += 1
-            continue
-        if result.kind == NOT_FOUND:
-            try_create = True  # deleted between our get and update
-            continue
-        raise client.failure(result, "update")
-    if aborted:
-        raise UpdateConflictError(
-            f"the egress policy of actor {client.ref} was still changing after {UPDATE_ATTEMPTS} "
-            "attempts (Aborted: its uid/version moved between get and update); something else is "
-            "writing it. Stop the other writer, then run `pulumi up` again"
-        )
-    raise EgressPolicyError(
-        f"the egress policy of actor {client.ref} kept appearing and disappearing over "
-        f"{UPDATE_ATTEMPTS} attempts; something else is creating and deleting it"
-    )
-
-
-class ActorEgressPolicyProvider(dyn.ResourceProvider):
-    """CRUD and diff of one actor's Substrate egress policy through ``kubectl ate``."""
+class EgressShardProvider(dyn.ResourceProvider):
+    """CRUD and diff of the egress policies of one shard of actors through ``kubectl ate``."""
 
     serialize_as_secret_always = False  # it captures nothing secret
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        """Validate and normalise the inputs, and add ``rules``: the normalised rules that will be
-        sent, so that the engine (and the policy pack) see the document, not only its parameters.
-        ``diff`` never reads ``rules`` from the inputs, so this adds no change of its own."""
-        news = {k: v for k, v in news.items() if k != "rules"}
-        if _contains_unknown(news):
+        """Validate and normalise the inputs; rebuild ``rules``, the per-actor fingerprints and the
+        cluster identity from the settings (whatever the program sent), so the engine and the policy
+        pack see the document that will be written."""
+        if _contains_unknown({k: v for k, v in news.items() if k != PROVIDER_KEY}):
             return dyn.CheckResult(news, [])
-        inputs = PolicyInputs.from_props(news)
-        failures = [dyn.CheckFailure(p.field or "rules", p.message) for p in egress.input_problems(inputs)]
-        return dyn.CheckResult({**news, **inputs.to_props(), "rules": egress.desired_rules(inputs)}, failures)
+        shard = ShardInputs.from_props(news)
+        failures = [dyn.CheckFailure(p.field or "rules", p.message) for p in egress.shard_problems(shard)]
+        return dyn.CheckResult({**news, **shard.to_props()}, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
-        unknown = [k for k, v in news.items() if k not in (PROVIDER_KEY, "rules") and _contains_unknown(v)]
-        if unknown:
-            replaces = [k for k in egress.REPLACE_KEYS if k in unknown or olds.get(k) != news.get(k)]
-            delete_first = any(k in replaces for k in egress.DELETE_FIRST_KEYS)
-            return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=delete_first)
-        decision = egress.diff_decision(olds, news)
+        unknown = [k for k, v in news.items() if k != PROVIDER_KEY and _contains_unknown(v)]
+        if unknown:  # a preview with values not known yet: assume the worst of each unknown target
+            replaces = [
+                key
+                for key, sources in (("kube_context", ("kube_context",)), ("cluster", ("kubeconfig", "cluster")))
+                if any(k in unknown or olds.get(k) != news.get(k) for k in sources)
+            ]
+            return dyn.DiffResult(changes=True, replaces=replaces, delete_before_replace=bool(replaces))
+        decision = egress.shard_diff(olds, news)
         return dyn.DiffResult(
             changes=decision.changes,
             replaces=decision.replaces,
@@ -482,80 +759,153 @@ class ActorEgressPolicyProvider(dyn.ResourceProvider):
         )
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        inputs = _inputs_of(props)
-        live = upsert(AteClient.for_inputs(inputs), inputs, create_first=True)
-        return dyn.CreateResult(inputs.ref, _outputs(inputs, live))
+        shard = _valid(props)
+        written = for_each_actor(
+            shard, {ref: _ensure(shard, ref, None) for ref in shard.actors}, "create their egress policies"
+        )
+        _report_adopted(shard, written)
+        live = {ref: w.fingerprint for ref, w in written.items()}
+        records = {ref: w.recorded for ref, w in written.items()}
+        return dyn.CreateResult(egress.shard_resource_name(shard.shard), shard_outputs(shard, live, records))
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
+        shard = _valid(news)
+        plan = egress.plan_shard(olds, shard)
+        work: dict[str, Callable[[AteClient], Any]] = {}
+        work.update({ref: _ensure(shard, ref, None) for ref in plan.create})
+        work.update({ref: _ensure(shard, ref, record) for ref, record in plan.write.items()})
+        work.update({ref: _remove(record) for ref, record in plan.delete.items()})
+        done = for_each_actor(shard, work, "update their egress policies") if work else {}
+        written = {ref: result for ref, result in done.items() if isinstance(result, Written)}
+        _report_adopted(shard, written)
+        _report_left(shard, {ref: done[ref] for ref in plan.delete})
+        desired = shard.fingerprint()
+        live = {ref: desired for ref in plan.keep} | {ref: w.fingerprint for ref, w in written.items()}
+        records = dict(plan.keep) | {ref: w.recorded for ref, w in written.items()}
+        return dyn.UpdateResult(shard_outputs(shard, live, records))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
-        inputs = _inputs_of(props, id_)
-        live = AteClient.for_inputs(inputs).get()
-        if live is None:
-            return dyn.ReadResult("", {})  # deleted out of band (or with its actor)
-        return dyn.ReadResult(id_ or inputs.ref, _outputs(inputs, live))
+        if not isinstance(props.get("actors"), Mapping) or not props.get("kube_context"):
+            raise EgressPolicyError(
+                f"cannot read egress policy shard {id_!r} without its recorded inputs (kube context, "
+                "kubeconfig, actors): `pulumi import` of a shard is not supported. Run `pulumi up`: each "
+                "shard adopts the policies that already exist"
+            )
+        shard = ShardInputs.from_props(props)
+        found = for_each_actor(shard, {ref: AteClient.get for ref in shard.actors}, "read their egress policies")
+        live = {ref: egress.rules_fingerprint(p.get("rules") or []) if p else egress.ABSENT for ref, p in found.items()}
+        records = {ref: recorded_of(p) for ref, p in found.items() if p is not None}
+        outputs = {**{k: v for k, v in props.items() if k != PROVIDER_KEY}, **shard_outputs(shard, live, records)}
+        return dyn.ReadResult(id_, outputs)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
-        inputs = _inputs_of(news)
-        live = upsert(AteClient.for_inputs(inputs), inputs, create_first=False)
-        return dyn.UpdateResult(_outputs(inputs, live))
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        shard = ShardInputs.from_props(props)
+        # Only recorded policies: one found absent at the last refresh and there now was created by
+        # someone else since, and is theirs.
+        work = {ref: _remove(record) for ref, record in egress.recorded_policies(props).items()}
+        outcomes = for_each_actor(shard, work, "delete their egress policies") if work else {}
+        _report_left(shard, outcomes)
+
+
+def _valid(props: Mapping[str, Any]) -> ShardInputs:
+    """The shard's inputs, checked once before any call (check has reported the same problems)."""
+    shard = ShardInputs.from_props(props)
+    problems = egress.shard_problems(shard)
+    if problems:
+        raise egress.EgressConfigError(problems)
+    return shard
+
+
+def _ensure(shard: ShardInputs, ref: str, record: Recorded | None) -> Callable[[AteClient], Written]:
+    inputs = shard.policy_inputs(ref)
+    return lambda client: ensure_policy(client, inputs, record)
+
+
+def _remove(record: Recorded | None) -> Callable[[AteClient], tuple[str, str]]:
+    return lambda client: remove_policy(client, record, strict=False)
+
+
+class EgressPolicyShard(dyn.Resource, name="EgressPolicyShard"):
+    """The egress policies of one shard of actors (``pulumi-python:dynamic:EgressPolicyShard``).
+
+    Inputs: the shared settings, ``actors`` (each actor mapped to the fingerprint of the rules it asks
+    for) and ``rules``. Outputs add each actor's live fingerprint and, hidden from diffs, ``policies``:
+    the uid and version each next write or delete is guarded by.
+
+    Why per-actor entries under the same key in inputs and outputs: a dynamic provider does not support
+    previews, so in a preview the engine takes the new inputs as the new state
+    (``sdk/go/common/resource/plugin/provider_plugin.go``, Update) and the CLI prints the difference
+    between the old outputs and that (``pkg/backend/display/object_diff.go``): ``actors`` then lists
+    exactly the actors added, removed or out of step, and ``policies`` (output only) would show as
+    removed, hence ``hide_diffs``. Kubeconfig contents go in as a secret; the engine marks the output of
+    the same name secret too (``annotateSecrets``, as the provider does not accept secrets).
+    """
+
+    actors: pulumi.Output[dict[str, str]]
+    rules: pulumi.Output[list[dict[str, Any]]]
+    kube_context: pulumi.Output[str]
+
+    def __init__(self, resource_name: str, shard: ShardInputs, opts: pulumi.ResourceOptions | None = None) -> None:
+        props: dict[str, Any] = shard.to_props()
+        if shard.kubeconfig and egress.kubeconfig_is_contents(shard.kubeconfig):
+            props["kubeconfig"] = pulumi.Output.secret(shard.kubeconfig)
+        hidden = pulumi.ResourceOptions(hide_diffs=["policies"])
+        super().__init__(EgressShardProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, hidden))
+
+
+# --- the per-actor resources of earlier versions ---------------------------------------------------
+
+
+def _legacy_client(id_: str, props: Mapping[str, Any]) -> AteClient:
+    inputs = PolicyInputs.from_props(props)
+    if not inputs.atespace or not inputs.actor or not inputs.kube_context:
+        raise EgressPolicyError(
+            f"cannot use egress policy resource {id_!r} without its recorded inputs (atespace, actor, kube "
+            "context): `pulumi import` of a per-actor egress policy is not supported, and reading it with "
+            "the ambient kube context could reach another cluster. Run `pulumi up`: the shards adopt the "
+            "policies that already exist"
+        )
+    target = Target(inputs.kubectl, inputs.kube_context, None, float(inputs.timeout_seconds), inputs.substrate_ref)
+    return AteClient(target, inputs.atespace, inputs.actor)
+
+
+class ActorEgressPolicyProvider(dyn.ResourceProvider):
+    """The provider of the per-actor ``egress-<atespace>.<name>`` resources that versions before the
+    shards created. The program no longer registers them, so the engine only refreshes them (read) and,
+    at the first ``up`` of the new version, deletes them.
+
+    Its delete is guarded by the uid and version the resource recorded and leaves the policy on any
+    mismatch: by then the actor's shard has adopted the policy (and moved its version), so the policy
+    stays; an actor removed in the same ``up`` has no shard, its version still matches, and its policy
+    is deleted. These resources never recorded a kubeconfig, so they use the ambient one, as they did
+    when they created the policies.
+    """
+
+    serialize_as_secret_always = False
+
+    def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
+        client = _legacy_client(id_, props)
+        live = client.get()
+        if live is None:
+            return dyn.ReadResult("", {})
+        record = recorded_of(live)
+        outputs = {k: v for k, v in props.items() if k != PROVIDER_KEY}
+        outputs.update(uid=record.uid, version=record.version, rules=egress.normalize_rules(live.get("rules") or []))
+        return dyn.ReadResult(id_, outputs)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        inputs = _inputs_of(props, id_)
-        client = AteClient.for_inputs(inputs)
-        result = client.delete()
-        if result.ok or result.kind in (NOT_FOUND, ACTOR_NOT_FOUND):
-            return  # gone already; deleting the actor deletes its policy
-        raise client.failure(result, "delete")
+        client = _legacy_client(id_, props)
+        uid, version = props.get("uid"), props.get("version")
+        guard = Recorded(str(uid), "" if version is None else str(egress.as_int(version))) if uid else None
+        outcome, detail = remove_policy(client, guard, strict=True)
+        if outcome == LEFT:
+            pulumi.log.info(
+                f"egress policy of actor {client.ref} left in place: {detail} (its shard adopted it, or "
+                "someone else changed it); the per-actor resource is removed from the stack"
+            )
 
-
-# --- the resource -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ActorEgressPolicyArgs:
-    """Inputs of :class:`ActorEgressPolicy` (each may be a ``pulumi.Input``)."""
-
-    atespace: pulumi.Input[str]
-    actor: pulumi.Input[str]
-    kube_context: pulumi.Input[str]
-    substrate_ref: pulumi.Input[str]
-    gateway_hostname: pulumi.Input[str] = egress.GATEWAY_HOSTNAME
-    gateway_port: pulumi.Input[int] = egress.DEFAULT_GATEWAY_PORT
-    audiences: pulumi.Input[Sequence[pulumi.Input[str]]] = egress.DEFAULT_AUDIENCES
-    expiration_seconds: pulumi.Input[int] = egress.DEFAULT_EXPIRATION_SECONDS
-    extra_hostnames: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
-    provider_hosts: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
-    kubectl: pulumi.Input[str] = egress.DEFAULT_KUBECTL
-    timeout_seconds: pulumi.Input[int] = egress.DEFAULT_TIMEOUT_SECONDS
-
-    def to_props(self) -> dict[str, Any]:
-        props: dict[str, Any] = {}
-        for name in (
-            "atespace", "actor", "kube_context", "substrate_ref", "gateway_hostname", "gateway_port",
-            "expiration_seconds", "kubectl", "timeout_seconds",
-        ):  # fmt: skip
-            props[name] = getattr(self, name)
-        for name in ("audiences", "extra_hostnames", "provider_hosts"):
-            value = getattr(self, name)
-            props[name] = list(value) if isinstance(value, list | tuple) else value
-        return props
-
-
-class ActorEgressPolicy(dyn.Resource):
-    """One actor's Substrate egress policy: the gateway ``http`` rule with the actor-JWT effect,
-    plus a ``tlsPassthrough`` rule per extra hostname. Its id is ``<atespace>/<actor>``."""
-
-    atespace: pulumi.Output[str]
-    actor: pulumi.Output[str]
-    kube_context: pulumi.Output[str]
-    uid: pulumi.Output[str]
-    version: pulumi.Output[str]
-    rules: pulumi.Output[list[dict[str, Any]]]
-
-    def __init__(
-        self,
-        resource_name: str,
-        args: ActorEgressPolicyArgs,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        props = {**args.to_props(), "uid": None, "version": None, "rules": None}
-        super().__init__(ActorEgressPolicyProvider(), resource_name, props, opts)
+    def create(self, props: dict[str, Any]) -> dyn.CreateResult:
+        raise EgressPolicyError(
+            "per-actor egress policy resources are retired: the program manages egress policies with "
+            "EgressPolicyShard resources (see docs/egress-policies.md)"
+        )

@@ -122,7 +122,7 @@ def _name(entry: Mapping[str, Any]) -> Any:
 
 
 def check_actors_listed_once(view: ConfigView) -> Iterator[Problem]:
-    """Each actor once: a second entry would be a second egress policy resource of the same name."""
+    """Each actor once: a second entry would be a second policy for the same actor in its shard."""
     seen: dict[str, int] = {}
     for index, actor in view.strings("actors") or []:
         if actor in seen:

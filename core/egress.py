@@ -10,18 +10,24 @@ component and the tests share one definition of:
   value and the fix;
 * the model-provider host check (actors reach models only through the gateway);
 * the normalised form of rules used for diffs (lowercase hostnames, ports after defaults,
-  sorted audiences, ``expirationSeconds`` as an integer whatever the CLI printed);
-* the diff decision.
+  sorted audiences, ``expirationSeconds`` as an integer whatever the CLI printed) and its fingerprint;
+* the shards: which of the 64 stable shards an actor belongs to, a shard's inputs, its diff, and the
+  plan of calls an update makes (create, write, keep or delete, per actor);
+* which cluster the policies live on (kube context and kubeconfig identity).
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
+
+import yaml
 
 # --- fixed values -------------------------------------------------------------------------------
 
@@ -129,7 +135,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class PolicyInputs:
-    """Everything one ``ActorEgressPolicy`` needs, as plain values (the dynamic resource's inputs)."""
+    """Everything one actor's policy needs, as plain values (a shard holds these for each of its actors)."""
 
     atespace: str
     actor: str
@@ -675,7 +681,7 @@ def provider_host_problems(hostnames: Iterable[tuple[str, str]], provider_hosts:
     return problems
 
 
-# --- everything an ActorEgressPolicy checks before any call -------------------------------------
+# --- everything checked for one actor's policy before any call --------------------------------------
 
 
 def input_problems(inputs: PolicyInputs) -> list[Problem]:
@@ -791,47 +797,351 @@ def desired_rules(inputs: PolicyInputs) -> list[Any]:
     return normalize_rules(build_rules(inputs))
 
 
+def rules_fingerprint(rules: Any) -> str:
+    """A short, stable digest of rules after normalisation (``sha256:<16 hex>``).
+
+    A shard records one per actor: the fingerprint of the rules it asks for (inputs) and of the rules
+    last written or read (outputs). Equal fingerprints mean the policy needs no call; a preview lists
+    the actors whose two fingerprints differ, which is how it names the policies that will change.
+    """
+    canonical = json.dumps(normalize_rules(rules), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# --- where kubectl ate points -------------------------------------------------------------------
+
+
+def kubeconfig_is_contents(kubeconfig: str) -> bool:
+    """Whether a ``kubernetes.kubeconfig`` value holds a kubeconfig document rather than a file path.
+
+    The Kubernetes provider takes either (pulumi-kubernetes ``loadKubeconfig``: an existing file, an
+    absolute path or one starting with "." is a path, anything else is contents). This decides from
+    the value alone, so that every machine running the stack decides alike: a document always spans
+    several lines (YAML) or is a JSON object; a path is one line.
+    """
+    stripped = kubeconfig.strip()
+    return "\n" in stripped or stripped.startswith("{")
+
+
+def cluster_identity(kubeconfig: str | None, kube_context: str) -> str:
+    """What the egress policies' cluster is known by, besides the kube context name.
+
+    ``""`` with no kubeconfig setting (kubectl reads ``$KUBECONFIG`` or ``~/.kube/config``, as the
+    Kubernetes provider does); ``path:<path>`` for a kubeconfig file; ``server:<url>`` for kubeconfig
+    contents, read from the context's cluster entry, so that new credentials for the same cluster are
+    not a new target (``contents:<digest>`` when the document does not say). A change of identity or
+    context replaces the shards, deleting the old policies first (see :data:`SHARD_TARGET_KEYS`).
+    """
+    if not kubeconfig:
+        return ""
+    if not kubeconfig_is_contents(kubeconfig):
+        return "path:" + kubeconfig.strip()
+    server = _server_of(kubeconfig, kube_context)
+    if server:
+        return "server:" + server
+    return "contents:" + hashlib.sha256(kubeconfig.encode()).hexdigest()[:16]
+
+
+def _server_of(contents: str, kube_context: str) -> str:
+    try:
+        document = yaml.safe_load(contents)
+    except yaml.YAMLError:
+        return ""
+    if not isinstance(document, Mapping):
+        return ""
+
+    def named(section: str, name: Any) -> Mapping[str, Any]:
+        for entry in document.get(section) or []:
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                body = entry.get(section[:-1])
+                return body if isinstance(body, Mapping) else {}
+        return {}
+
+    context = named("contexts", kube_context or document.get("current-context"))
+    server = named("clusters", context.get("cluster")).get("server")
+    return server if isinstance(server, str) else ""
+
+
+# --- shards: many actors' policies in one Pulumi resource -----------------------------------------
+
+SHARD_COUNT = 64
+"""Fixed for good: an actor's shard depends on its name alone, so adding or removing an actor touches one
+shard and no actor ever moves between shards (a move would hand a live policy from one resource to
+another within a single `pulumi up`, in an order Pulumi does not promise)."""
+DEFAULT_CONCURRENCY = 8
+MAX_CONCURRENCY = 32
+ABSENT = "absent"
+"""The live fingerprint of an actor whose policy a refresh did not find."""
+
+
+def shard_of(actor_ref: str) -> int:
+    """The shard (0 to ``SHARD_COUNT - 1``) of ``<atespace>/<name>``: a hash of the name, so stable."""
+    digest = hashlib.sha256(actor_ref.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % SHARD_COUNT
+
+
+def shard_resource_name(index: int) -> str:
+    """``egress-shard-07``: the Pulumi name of shard 7 (stable: it depends on the index only)."""
+    return f"egress-shard-{index:02d}"
+
+
+def policy_resource_name(actor_ref: str) -> str:
+    """``agents/actor-a`` -> ``egress-agents.actor-a``: the name versions before the shards gave each
+    actor's own resource (``ActorEgressPolicy``); kept to describe the upgrade of existing stacks."""
+    atespace, name = parse_actor_ref(actor_ref)
+    return f"egress-{atespace}.{name}"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a shard recorded about one actor's live policy: the preconditions of its next write."""
+
+    uid: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ShardInputs:
+    """Everything one ``EgressPolicyShard`` needs, as plain values (the dynamic resource's inputs).
+
+    Every actor of a shard gets the same rules; only the actor differs. ``cluster`` is derived from
+    ``kubeconfig`` and ``kube_context`` (:func:`cluster_identity`) when the props are written.
+    """
+
+    shard: int
+    actors: tuple[str, ...]
+    kube_context: str
+    substrate_ref: str
+    kubeconfig: str | None = None
+    gateway_hostname: str = GATEWAY_HOSTNAME
+    gateway_port: int = DEFAULT_GATEWAY_PORT
+    audiences: tuple[str, ...] = DEFAULT_AUDIENCES
+    expiration_seconds: int = DEFAULT_EXPIRATION_SECONDS
+    extra_hostnames: tuple[str, ...] = ()
+    provider_hosts: tuple[str, ...] = ()
+    kubectl: str = DEFAULT_KUBECTL
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    concurrency: int = DEFAULT_CONCURRENCY
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any]) -> ShardInputs:
+        """Read resource properties (numbers may arrive as floats; ``actors`` as a map or a list)."""
+        common = PolicyInputs.from_props(props)
+        actors = props.get("actors")
+        refs = sorted(actors) if isinstance(actors, Mapping) else sorted(str(a) for a in actors or [])
+        kubeconfig = props.get("kubeconfig")
+        shard = props.get("shard")
+        concurrency = props.get("concurrency")
+        return cls(
+            shard=as_int(shard) if shard is not None else -1,
+            actors=tuple(refs),
+            kube_context=common.kube_context,
+            substrate_ref=common.substrate_ref,
+            kubeconfig=kubeconfig if isinstance(kubeconfig, str) and kubeconfig else None,
+            gateway_hostname=common.gateway_hostname,
+            gateway_port=common.gateway_port,
+            audiences=common.audiences,
+            expiration_seconds=common.expiration_seconds,
+            extra_hostnames=common.extra_hostnames,
+            provider_hosts=common.provider_hosts,
+            kubectl=common.kubectl,
+            timeout_seconds=common.timeout_seconds,
+            concurrency=DEFAULT_CONCURRENCY if concurrency is None else as_int(concurrency),
+        )
+
+    def policy_inputs(self, actor_ref: str) -> PolicyInputs:
+        atespace, name = actor_ref.split("/", 1) if "/" in actor_ref else ("", actor_ref)
+        return PolicyInputs(
+            atespace=atespace,
+            actor=name,
+            kube_context=self.kube_context,
+            substrate_ref=self.substrate_ref,
+            gateway_hostname=self.gateway_hostname,
+            gateway_port=self.gateway_port,
+            audiences=self.audiences,
+            expiration_seconds=self.expiration_seconds,
+            extra_hostnames=self.extra_hostnames,
+            provider_hosts=self.provider_hosts,
+            kubectl=self.kubectl,
+            timeout_seconds=self.timeout_seconds,
+        )
+
+    def desired_rules(self) -> list[Any]:
+        """The normalised rules every actor of the shard gets."""
+        return desired_rules(self.policy_inputs("x/x"))
+
+    def fingerprint(self) -> str:
+        return rules_fingerprint(self.desired_rules())
+
+    @property
+    def cluster(self) -> str:
+        return cluster_identity(self.kubeconfig, self.kube_context)
+
+    def to_props(self) -> dict[str, Any]:
+        """The resource properties: settings, ``cluster``, the rules, and ``actors`` as a map from each
+        actor to the fingerprint of the rules it asks for (how a preview names the actors it changes)."""
+        fingerprint = self.fingerprint()
+        return {
+            "shard": self.shard,
+            "actors": {ref: fingerprint for ref in self.actors},
+            "kube_context": self.kube_context,
+            "kubeconfig": self.kubeconfig,
+            "cluster": self.cluster,
+            "substrate_ref": self.substrate_ref,
+            "gateway_hostname": self.gateway_hostname,
+            "gateway_port": self.gateway_port,
+            "audiences": list(self.audiences),
+            "expiration_seconds": self.expiration_seconds,
+            "extra_hostnames": list(self.extra_hostnames),
+            "provider_hosts": list(self.provider_hosts),
+            "kubectl": self.kubectl,
+            "timeout_seconds": self.timeout_seconds,
+            "concurrency": self.concurrency,
+            "rules": self.desired_rules(),
+        }
+
+
+def shard_problems(shard: ShardInputs) -> list[Problem]:
+    """All client-side checks of one shard, run before any ``kubectl ate`` call."""
+    problems: list[Problem] = []
+    for ref in shard.actors:
+        problems += actor_ref_problems(ref)
+    sample = shard.policy_inputs(shard.actors[0] if shard.actors else "agents/x")
+    problems += [p for p in input_problems(sample) if p.field not in ("atespace", "actor")]
+    if not _is_int(shard.concurrency) or not 1 <= shard.concurrency <= MAX_CONCURRENCY:
+        problems.append(
+            Problem(
+                "concurrency",
+                f"concurrency {shard.concurrency!r} must be a whole number from 1 to {MAX_CONCURRENCY}",
+            )
+        )
+    return problems
+
+
+# --- what a shard change does ---------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class DiffDecision:
     changes: bool
     replaces: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
+    actors: list[str] = field(default_factory=list)
+    """The actors whose policy a deployment would create, write or delete."""
 
 
-REPLACE_KEYS = ("atespace", "actor", "kube_context")
-"""Inputs that name which policy is managed: a change means another object, so a replacement
-(an in-place update would write the new target and leave the old policy behind)."""
-DELETE_FIRST_KEYS = ("kube_context",)
-"""Replacements that delete the old policy before creating the new one. A new kube context may
-name the same cluster under another name: created first, the new policy would adopt the existing
-one, and deleting the old one afterwards would then remove the policy the state believes exists."""
+SHARD_TARGET_KEYS = ("kube_context", "cluster")
+"""Inputs that say which cluster holds the policies: a change is a replacement that deletes the old
+policies first (with the old kubeconfig and context), so none is left behind on the old cluster. A new
+context may name the same cluster, so creating first would adopt the policies and the delete would
+then remove them."""
+SHARD_SETTING_KEYS = (
+    "kubeconfig",
+    "substrate_ref",
+    "gateway_hostname",
+    "gateway_port",
+    "audiences",
+    "expiration_seconds",
+    "extra_hostnames",
+    "provider_hosts",
+    "kubectl",
+    "timeout_seconds",
+    "concurrency",
+)
+"""Inputs that change no target. A change is an update: the rule settings rewrite the policies whose
+fingerprint moves; the others (kubectl path, timeout, Substrate ref, concurrency, kubeconfig
+credentials) write nothing but must reach the outputs, which are all that refresh and delete get."""
 
 
-def diff_decision(olds: Mapping[str, Any], news: Mapping[str, Any]) -> DiffDecision:
-    """Compare a resource's previous outputs (``olds``: inputs echoed plus the live normalised
-    ``rules``) with its new inputs. Changes only when the normalised rules or the target
-    (atespace, actor, kube context) differ; a target change is a replacement, delete-first when
-    the kube context changes. A ``rules`` entry in ``news`` (what ``check`` adds) is ignored: the
-    rules wanted are always rebuilt from the inputs. Operational inputs (kubectl path, timeout,
-    substrate ref, provider list) change nothing by themselves."""
-    old_inputs, new_inputs = PolicyInputs.from_props(olds), PolicyInputs.from_props(news)
-    replaces = [k for k in REPLACE_KEYS if getattr(old_inputs, k) != getattr(new_inputs, k)]
-    reasons = list(replaces)
-    if "rules" not in olds or not isinstance(olds.get("rules"), list):
-        reasons.append("rules (no live rules recorded)")
-    elif normalize_rules(list(olds["rules"])) != desired_rules(new_inputs):
-        reasons.append("rules")
+def live_fingerprints(outputs: Mapping[str, Any]) -> dict[str, str]:
+    """``actors`` of a shard's outputs: each actor's live fingerprint (or :data:`ABSENT`)."""
+    actors = outputs.get("actors")
+    if not isinstance(actors, Mapping):
+        return {}
+    return {str(ref): str(value) for ref, value in actors.items()}
+
+
+def recorded_policies(outputs: Mapping[str, Any]) -> dict[str, Recorded]:
+    """``policies`` of a shard's outputs: the uid and version last seen for each actor's policy."""
+    policies = outputs.get("policies")
+    recorded: dict[str, Recorded] = {}
+    if not isinstance(policies, Mapping):
+        return recorded
+    for ref, entry in policies.items():
+        if isinstance(entry, Mapping) and entry.get("uid"):
+            version = entry.get("version")
+            recorded[str(ref)] = Recorded(str(entry["uid"]), "" if version is None else str(as_int(version)))
+    return recorded
+
+
+def _setting(inputs: ShardInputs, key: str) -> Any:
+    value = getattr(inputs, key)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def shard_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> DiffDecision:
+    """Compare a shard's previous outputs with its new inputs: a new target replaces (old policies
+    deleted first); any other setting, or an actor added, removed or out of step, is an update."""
+    old, new = ShardInputs.from_props(olds), ShardInputs.from_props(news)
+    replaces = [k for k in SHARD_TARGET_KEYS if str(olds.get(k) or "") != str(getattr(new, k) or "")]
+    reasons = [*replaces, *(k for k in SHARD_SETTING_KEYS if _setting(old, k) != _setting(new, k))]
+    live, desired = live_fingerprints(olds), new.fingerprint()
+    recorded = recorded_policies(olds)
+    actors = sorted(
+        {ref for ref in new.actors if live.get(ref) != desired or ref not in recorded}
+        | {ref for ref in live if ref not in new.actors}
+    )
+    if actors:
+        reasons.append(f"actors ({len(actors)})")
     return DiffDecision(
         changes=bool(reasons),
         replaces=replaces,
         reasons=reasons,
-        delete_before_replace=any(k in replaces for k in DELETE_FIRST_KEYS),
+        delete_before_replace=bool(replaces),
+        actors=actors,
     )
 
 
+@dataclass(frozen=True)
+class ShardPlan:
+    """What an update of one shard does for each actor (pure: no call is made here)."""
+
+    create: list[str]
+    """No record of a policy: create it (on AlreadyExists, adopt the existing one)."""
+    write: dict[str, Recorded]
+    """Recorded, but out of step: update with the recorded preconditions."""
+    keep: dict[str, Recorded]
+    """Live rules already equal the wanted ones: no call."""
+    delete: dict[str, Recorded]
+    """No longer in the shard: delete, guarded by the recorded uid and version."""
+
+    @property
+    def calls(self) -> int:
+        """Processes the plan needs when nothing goes wrong (one per created, written or deleted actor)."""
+        return len(self.create) + len(self.write) + len(self.delete)
+
+
+def plan_shard(outputs: Mapping[str, Any], new: ShardInputs) -> ShardPlan:
+    """Plan an update from the shard's previous outputs to ``new`` (see :class:`ShardPlan`)."""
+    live, recorded, desired = live_fingerprints(outputs), recorded_policies(outputs), new.fingerprint()
+    create: list[str] = []
+    write: dict[str, Recorded] = {}
+    keep: dict[str, Recorded] = {}
+    for ref in new.actors:
+        record = recorded.get(ref)
+        if record is None or live.get(ref) in (None, ABSENT):
+            create.append(ref)
+        elif live.get(ref) == desired:
+            keep[ref] = record
+        else:
+            write[ref] = record
+    delete = {ref: record for ref, record in sorted(recorded.items()) if ref not in new.actors}
+    return ShardPlan(create=create, write=write, keep=keep, delete=delete)
+
+
 # ---------------------------------------------------------------------------------------------------------
-# The per-actor settings, shared by every actor's policy
+# The settings shared by every actor's policy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -846,17 +1156,22 @@ class EgressPolicySettings:
     extra_hostnames: list[str] = field(default_factory=list)
     provider_hosts: list[str] = field(default_factory=list)
     kube_context: str
+    kubeconfig: str | None = None
     kubectl: str = DEFAULT_KUBECTL
     substrate_ref: str
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    concurrency: int = DEFAULT_CONCURRENCY
 
     def policy_inputs(self, actor_ref: str) -> PolicyInputs:
-        atespace, name = actor_ref.split("/", 1) if "/" in actor_ref else ("", actor_ref)
-        return PolicyInputs(
-            atespace=atespace,
-            actor=name,
+        return self.shard_inputs(-1, [actor_ref]).policy_inputs(actor_ref)
+
+    def shard_inputs(self, index: int, actors: Sequence[str]) -> ShardInputs:
+        return ShardInputs(
+            shard=index,
+            actors=tuple(sorted(actors)),
             kube_context=self.kube_context,
             substrate_ref=self.substrate_ref,
+            kubeconfig=self.kubeconfig or None,
             gateway_hostname=self.gateway_hostname,
             gateway_port=self.gateway_port,
             audiences=tuple(self.audiences),
@@ -865,14 +1180,15 @@ class EgressPolicySettings:
             provider_hosts=tuple(self.provider_hosts),
             kubectl=self.kubectl,
             timeout_seconds=self.timeout_seconds,
+            concurrency=self.concurrency,
         )
 
-
-def policy_resource_name(actor_ref: str) -> str:
-    """``agents/actor-a`` -> ``egress-agents.actor-a`` (stable: it depends on the actor only, and
-    one-to-one: the dot cannot occur in an atespace or actor name)."""
-    atespace, name = parse_actor_ref(actor_ref)
-    return f"egress-{atespace}.{name}"
+    def shards(self) -> list[ShardInputs]:
+        """One :class:`ShardInputs` per shard that holds at least one actor, by shard index."""
+        members: dict[int, list[str]] = {}
+        for ref in self.actors:
+            members.setdefault(shard_of(ref), []).append(ref)
+        return [self.shard_inputs(index, refs) for index, refs in sorted(members.items())]
 
 
 def settings_problems(settings: EgressPolicySettings) -> list[Problem]:
@@ -885,17 +1201,11 @@ def settings_problems(settings: EgressPolicySettings) -> list[Problem]:
         if ref_problems:
             continue
         if ref in valid_refs:
-            problems.append(
-                Problem(
-                    "actors",
-                    f"actor {ref!r} is listed twice (both would be the Pulumi resource "
-                    f"{policy_resource_name(ref)!r}); list each actor once",
-                )
-            )
+            problems.append(Problem("actors", f"actor {ref!r} is listed twice; list each actor once"))
             continue
         valid_refs.append(ref)
     # Everything but the actor names is the same for every actor: check it once.
     if valid_refs:
-        sample = settings.policy_inputs(valid_refs[0])
-        problems += [p for p in input_problems(sample) if p.field not in ("atespace", "actor")]
+        sample = settings.shard_inputs(shard_of(valid_refs[0]), valid_refs[:1])
+        problems += [p for p in shard_problems(sample) if p.field not in ("atespace", "actor", "actors")]
     return problems

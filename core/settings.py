@@ -372,7 +372,11 @@ class KubernetesSettings(_Model):
         default="kind-agent-budgets", description="Kube context of the program's explicit Kubernetes provider."
     )
     kubeconfig: str | None = Field(
-        default=None, description="Kubeconfig path or contents; unset means the kubeconfig default path."
+        default=None,
+        description=(
+            "Kubeconfig path or contents, for the Kubernetes provider and `kubectl ate`; unset means the kubeconfig "
+            "default path. Contents are kept secret."
+        ),
     )
 
     @field_validator("context")
@@ -556,7 +560,7 @@ def _extra_hostname(value: str) -> str:
 class EgressConfig(_Model):
     """The per-actor Substrate egress policy: one http rule toward the gateway (on `gateway.port`)."""
 
-    enabled: bool = Field(default=True, description="Manage one Substrate egress policy per actor.")
+    enabled: bool = Field(default=True, description="Manage one Substrate egress policy per actor (in 64 shards).")
     expiration_seconds: int = Field(
         default=900,
         ge=300,
@@ -572,6 +576,15 @@ class EgressConfig(_Model):
     )
     kubectl: str = Field(default="kubectl", description="The kubectl that runs the `kubectl ate` plugin.")
     timeout_seconds: int = Field(default=30, ge=1, le=600, description="Bound on every `kubectl ate` call.")
+    concurrency: int = Field(
+        default=egress.DEFAULT_CONCURRENCY,
+        ge=1,
+        le=egress.MAX_CONCURRENCY,
+        description=(
+            "`kubectl ate` calls in flight per egress-policy shard; Pulumi runs four shards at once, so at most "
+            "four times this many processes."
+        ),
+    )
 
 
 class SubstrateSettings(_Model):

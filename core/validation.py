@@ -55,6 +55,8 @@ EGRESS_INPUT_KEYS = {
     "atespace": "actors",
     "actor": "actors",
     "kube_context": "kubernetes.context",
+    "kubeconfig": "kubernetes.kubeconfig",
+    "concurrency": "substrate.egress.concurrency",
     "kubectl": "substrate.egress.kubectl",
     "substrate_ref": "substrate.ref",
     "timeout_seconds": "substrate.egress.timeoutSeconds",
@@ -210,7 +212,7 @@ def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> l
 
 
 def egress_settings(settings: StackSettings) -> EgressPolicySettings:
-    """The plain settings of the per-actor egress policies."""
+    """The plain settings of the egress policies: every actor's, sharded by the component."""
     egress = settings.substrate.egress
     provider_hosts = [h for h in (p.effective_hostname for p in settings.providers) if h]
     return EgressPolicySettings(
@@ -222,9 +224,11 @@ def egress_settings(settings: StackSettings) -> EgressPolicySettings:
         extra_hostnames=list(egress.extra_hostnames),
         provider_hosts=sorted(set(provider_hosts)),
         kube_context=settings.kubernetes.context,
+        kubeconfig=settings.kubernetes.kubeconfig or None,
         kubectl=egress.kubectl,
         substrate_ref=settings.substrate.ref,
         timeout_seconds=egress.timeout_seconds,
+        concurrency=egress.concurrency,
     )
 
 

@@ -9,8 +9,8 @@ preview) into plain data first, so an unknown value skips the check that needs i
 silencing the whole policy.
 
 Resource validations see a resource's *inputs* (camelCase for Kubernetes objects, snake_case for the
-egress-policy dynamic resource); the stack validations see *outputs* (for these objects the same
-shape, plus what the cluster adds).
+egress-policy shards, the dynamic resources that each hold the policies of a group of actors); the stack
+validations see *outputs* (for these objects the same shape, plus what the cluster adds).
 
 The rules reuse the program's facts rather than restating them: Envoy Gateway's caps and the cost
 metadata from `core/budget_rules.py`, the rule-translation model in
@@ -65,6 +65,7 @@ from core.egress import (
     WELL_KNOWN_PROVIDER_HOSTS,
     PolicyInputs,
     build_rules,
+    normalize_rules,
     patterns_overlap,
 )
 from core.money import USD_METADATA_KEY
@@ -80,7 +81,7 @@ from core.ratelimit_model import (
 from core.settings import PROJECT
 
 PACK_NAME = "agent-budgets"
-DYNAMIC_RESOURCE_TYPE = "pulumi-python:dynamic:Resource"
+EGRESS_SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 # The chart's last path segment (`gateway-helm`): a release may name it by OCI reference or repo/chart.
 ENVOY_GATEWAY_CHART_NAME = ENVOY_GATEWAY_CHART.rstrip("/").rsplit("/", 1)[-1]
@@ -251,8 +252,9 @@ class Resource:
     def describe(self) -> str:
         """How messages name the resource: its kind and object name, and the Pulumi name."""
         if is_egress_policy(self):
-            actor = f"{self.props.get('atespace')}/{self.props.get('actor')}"
-            return f"egress policy of actor {actor} (Pulumi resource {self.name!r})"
+            actors = egress_actors(self)
+            shown = ", ".join(actors[:3]) + (f" and {len(actors) - 3} more" if len(actors) > 3 else "")
+            return f"egress policies of {shown} (Pulumi resource {self.name!r})"
         if self.type == HELM_RELEASE_TYPE and isinstance(self.props.get("name"), str):
             release = f"{self.props.get('namespace')}/{self.props['name']}"
             return f"Helm release {release} (Pulumi resource {self.name!r})"
@@ -269,10 +271,16 @@ def stack_of_urn(urn: str) -> str:
 
 
 def is_egress_policy(resource: Resource) -> bool:
-    """The per-actor Substrate egress policy (a Pulumi dynamic resource with our input names)."""
-    return resource.type == DYNAMIC_RESOURCE_TYPE and all(
-        key in resource.props for key in ("atespace", "actor", "gateway_hostname")
-    )
+    """A shard of Substrate egress policies (a Pulumi dynamic resource with our input names): the same
+    rules for each of its actors."""
+    return resource.type == EGRESS_SHARD_TYPE and all(key in resource.props for key in ("actors", "gateway_hostname"))
+
+
+def egress_actors(resource: Resource) -> list[str]:
+    """The actors (``<atespace>/<name>``) whose egress policies a shard holds: the keys of ``actors``."""
+    actors = resource.props.get("actors")
+    refs = actors.keys() if isinstance(actors, dict) else as_list(actors)
+    return sorted(ref for ref in refs if isinstance(ref, str))
 
 
 def header_matches(rule: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -612,18 +620,20 @@ def _authorization_problems(resource: Resource, who: str, providers: list[dict[s
     return problems
 
 
-def _egress_rules(resource: Resource) -> list[Any] | None:
-    """The rules the provider sends: `rules` when the props carry them, else built from the inputs.
-
-    None when an input they depend on is unknown.
-    """
+def _egress_rule_documents(resource: Resource) -> list[list[Any]]:
+    """The rules to check: ``rules`` when the props carry them (the outputs hold what was written), and
+    the rules the settings ask for (what the provider sends: ``build_rules``), when none of those
+    settings is unknown. Usually the two are the same document, checked once."""
+    documents: list[list[Any]] = []
     rules = resource.props.get("rules")
-    if isinstance(rules, list) and rules:
-        return rules
+    if isinstance(rules, list) and rules and not has_unknown(rules):
+        documents.append(rules)
     keys = ("gateway_hostname", "gateway_port", "audiences", "expiration_seconds", "extra_hostnames")
-    if any(has_unknown(resource.props.get(key)) for key in keys):
-        return None
-    return build_rules(PolicyInputs.from_props(resource.props))
+    if not any(has_unknown(resource.props.get(key)) for key in keys):
+        built = build_rules(PolicyInputs.from_props(resource.props))
+        if not documents or normalize_rules(built) != normalize_rules(documents[0]):
+            documents.append(built)
+    return documents
 
 
 def _rule_kind(rule: Any) -> tuple[str, dict[str, Any]]:
@@ -650,9 +660,13 @@ def check_egress_reaches_only_the_gateway(resource: Resource, config: Mapping[st
     exist, each an effect-free tlsPassthrough toward a host that is neither a model provider nor the gateway."""
     if not is_egress_policy(resource):
         return []
-    rules = _egress_rules(resource)
-    if rules is None:
-        return []
+    problems: list[str] = []
+    for rules in _egress_rule_documents(resource):
+        problems += [p for p in _egress_document_problems(resource, rules, config) if p not in problems]
+    return problems
+
+
+def _egress_document_problems(resource: Resource, rules: list[Any], config: Mapping[str, Any]) -> list[str]:
     gateway = str(config.get("gatewayHostname") or GATEWAY_HOSTNAME)
     allow_extra = config.get("allowExtraHostnames") is True
     who = resource.describe()
@@ -923,13 +937,7 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
                 owners[key] = policy.resource
         problems.extend(_cap_problems(policy))
     problems.extend(_jwt_presence_problems(resources, budget_policies))
-    actors = sorted(
-        {
-            f"{r.props['atespace']}/{r.props['actor']}"
-            for r in resources
-            if is_egress_policy(r) and all(isinstance(r.props.get(key), str) for key in ("atespace", "actor"))
-        }
-    )
+    actors = sorted({ref for r in resources if is_egress_policy(r) for ref in egress_actors(r)})
     for policy in budget_policies:
         if any(has_unknown(rule) for rule in policy.rules) or not _regexes_valid(policy.rules):
             continue  # unknown during preview, or already reported as an invalid pattern

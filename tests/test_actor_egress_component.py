@@ -1,25 +1,22 @@
-"""ActorEgressPolicies under Pulumi mocks: one policy per actor, stable names, right inputs."""
+"""ActorEgressPolicies under Pulumi mocks: stable shards, one actor per change, the right inputs."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 
 import dill
 import pulumi
 import pytest
 
-from components.actor_egress import (
-    COMPONENT_TYPE,
-    ActorEgressPolicies,
-    EgressPolicySettings,
-    policy_resource_name,
-    settings_problems,
-)
-from components.egress_provider import ActorEgressPolicy, ActorEgressPolicyProvider
-from core.egress import GATEWAY_HOSTNAME, EgressConfigError
+from components.actor_egress import COMPONENT_TYPE, ActorEgressPolicies
+from components.egress_provider import EgressPolicyShard, EgressShardProvider
+from core import egress
+from core.egress import GATEWAY_HOSTNAME, EgressConfigError, EgressPolicySettings, settings_problems
 
-DYNAMIC_TYPE = "pulumi-python:dynamic:Resource"
+SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
+ACTORS = ["agents/actor-a", "agents/actor-b", "team-x/actor-c"]
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -28,26 +25,19 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append((args.typ, args.name, args.custom, dict(args.inputs)))
-        state = dict(args.inputs)
-        if args.typ == DYNAMIC_TYPE:
-            state.update(uid=f"uid-{args.name}", version="1", rules=[])
-        return [f"{args.inputs.get('atespace')}/{args.inputs.get('actor')}", state]
+        return [args.name, dict(args.inputs)]
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         return {}
 
 
 def settings(**overrides) -> EgressPolicySettings:
-    base = dict(
-        actors=["agents/actor-a", "agents/actor-b", "team-x/actor-c"],
-        kube_context="kind-dev",
-        substrate_ref="v0.5.0",
-    )
+    base = dict(actors=ACTORS, kube_context="kind-dev", substrate_ref="v1.0.0-rc.1")
     return EgressPolicySettings(**{**base, **overrides})
 
 
 def run_program(egress_settings: EgressPolicySettings) -> tuple[RecordingMocks, dict]:
-    """Run the component once under fresh mocks; return the mocks and the resolved URNs/ids."""
+    """Run the component once under fresh mocks; return the mocks and what it exposed."""
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project="agent-budgets", stack="test", preview=False)
     resolved: dict = {}
@@ -56,37 +46,39 @@ def run_program(egress_settings: EgressPolicySettings) -> tuple[RecordingMocks, 
     def program():
         component = ActorEgressPolicies("actor-egress", egress_settings)
         resolved["component"] = component
-        refs = list(component.policies)
-        outs = [pulumi.Output.all(p.urn, p.id, p.uid) for p in component.policies.values()]
-
-        def record(values):
-            resolved["policies"] = dict(zip(refs, values, strict=True))
-
-        return pulumi.Output.all(*outs).apply(record)
+        outs = [pulumi.Output.all(s.urn, s.id) for s in component.shards.values()]
+        return pulumi.Output.all(*outs).apply(lambda values: resolved.update(shards=values))
 
     program()
     return mocks, resolved
 
 
-def policies_of(mocks: RecordingMocks) -> dict[str, dict]:
-    """Registered dynamic resources by name, with their inputs minus the pickled provider."""
+def shards_of(mocks: RecordingMocks) -> dict[str, dict]:
+    """Registered shards by name, with their inputs minus the pickled provider."""
     found = {}
     for typ, name, custom, inputs in mocks.resources:
-        if typ == DYNAMIC_TYPE:
+        if typ == SHARD_TYPE:
             assert custom is True
             found[name] = {k: v for k, v in inputs.items() if k != "__provider"}
     return found
 
 
-def test_one_policy_per_actor_with_the_right_inputs():
+def test_each_actor_is_in_the_shard_its_name_hashes_to():
     mocks, resolved = run_program(settings(gateway_port=8080, extra_hostnames=["pypi.org"]))
-    policies = policies_of(mocks)
-    assert sorted(policies) == ["egress-agents.actor-a", "egress-agents.actor-b", "egress-team-x.actor-c"]
-    assert policies["egress-team-x.actor-c"] == {
-        "atespace": "team-x",
-        "actor": "actor-c",
+    shards = shards_of(mocks)
+    expected = {egress.shard_resource_name(egress.shard_of(ref)): ref for ref in ACTORS}
+    assert set(shards) == set(expected)  # these three land in three different shards
+    for name, ref in expected.items():
+        assert list(shards[name]["actors"]) == [ref]
+    name = egress.shard_resource_name(egress.shard_of("team-x/actor-c"))
+    inputs = shards[name]
+    fingerprint = inputs["actors"]["team-x/actor-c"]
+    assert fingerprint == egress.rules_fingerprint(inputs["rules"])
+    assert {k: v for k, v in inputs.items() if k not in ("actors", "rules")} == {
+        "shard": egress.shard_of("team-x/actor-c"),
         "kube_context": "kind-dev",
-        "substrate_ref": "v0.5.0",
+        "cluster": "",
+        "substrate_ref": "v1.0.0-rc.1",
         "gateway_hostname": GATEWAY_HOSTNAME,
         "gateway_port": 8080,
         "audiences": ["agent-router"],
@@ -95,61 +87,118 @@ def test_one_policy_per_actor_with_the_right_inputs():
         "provider_hosts": [],
         "kubectl": "kubectl",
         "timeout_seconds": 30,
+        "concurrency": egress.DEFAULT_CONCURRENCY,
     }
+    assert [next(iter(rule)) for rule in inputs["rules"]] == ["http", "tlsPassthrough"]
     components = [(t, n) for t, n, custom, _ in mocks.resources if not custom]
     assert components == [(COMPONENT_TYPE, "actor-egress")]
     component = resolved["component"]
-    assert set(component.policies) == {"agents/actor-a", "agents/actor-b", "team-x/actor-c"}
-    assert all(isinstance(p, ActorEgressPolicy) for p in component.policies.values())
-    urn, policy_id, uid = resolved["policies"]["team-x/actor-c"]
-    assert urn.endswith(f"::{COMPONENT_TYPE}${DYNAMIC_TYPE}::egress-team-x.actor-c")  # parent=component
-    assert (policy_id, uid) == ("team-x/actor-c", "uid-egress-team-x.actor-c")
+    assert component.shard_of_actor == {ref: egress.shard_of(ref) for ref in ACTORS}
+    assert all(isinstance(s, EgressPolicyShard) for s in component.shards.values())
+    for urn, _ in resolved["shards"]:
+        assert f"::{COMPONENT_TYPE}${SHARD_TYPE}::egress-shard-" in urn  # parent=component
 
 
-def test_each_policy_carries_the_pickled_provider():
+def test_many_actors_share_64_shards_at_most():
+    refs = [f"agents/agent-{i:05d}" for i in range(1000)]
+    shards = shards_of(run_program(settings(actors=refs))[0])
+    assert len(shards) == egress.SHARD_COUNT
+    assert sorted(ref for inputs in shards.values() for ref in inputs["actors"]) == sorted(refs)
+    sizes = [len(inputs["actors"]) for inputs in shards.values()]
+    assert max(sizes) <= 2 * len(refs) / egress.SHARD_COUNT  # the hash spreads them
+
+
+def test_each_shard_carries_the_pickled_shard_provider():
     mocks, _ = run_program(settings(actors=["agents/actor-a"]))
-    (inputs,) = [i for t, _, _, i in mocks.resources if t == DYNAMIC_TYPE]
+    (inputs,) = [i for t, _, _, i in mocks.resources if t == SHARD_TYPE]
     provider = dill.loads(base64.b64decode(inputs["__provider"]))
-    assert isinstance(provider, ActorEgressPolicyProvider)
+    assert isinstance(provider, EgressShardProvider)
 
 
-def test_removing_an_actor_removes_only_its_policy():
-    before = policies_of(run_program(settings())[0])
-    after = policies_of(run_program(settings(actors=["agents/actor-a", "team-x/actor-c"]))[0])
-    assert set(before) - set(after) == {"egress-agents.actor-b"}
-    assert set(after) <= set(before)
-    assert {n: before[n] for n in after} == after  # the others are registered exactly as before
+def test_adding_or_removing_an_actor_changes_only_its_shard_by_that_actor():
+    refs = [f"agents/agent-{i:03d}" for i in range(200)]
+    before = shards_of(run_program(settings(actors=refs))[0])
+    after = shards_of(run_program(settings(actors=[*refs, "agents/newcomer"]))[0])
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed == {egress.shard_resource_name(egress.shard_of("agents/newcomer"))}
+    [name] = changed
+    assert set(after[name]["actors"]) - set(before[name]["actors"]) == {"agents/newcomer"}
+    removed = shards_of(run_program(settings(actors=refs[1:]))[0])
+    changed = {name for name in before if removed.get(name) != before[name]}
+    assert changed == {egress.shard_resource_name(egress.shard_of(refs[0]))}
 
 
-def test_adding_an_actor_adds_only_its_policy():
-    before = policies_of(run_program(settings())[0])
-    grown = ["agents/actor-a", "agents/actor-new", "agents/actor-b", "team-x/actor-c"]
-    after = policies_of(run_program(settings(actors=grown))[0])
-    assert set(after) - set(before) == {"egress-agents.actor-new"}
-    assert {n: after[n] for n in before} == before
-    assert after["egress-agents.actor-new"]["actor"] == "actor-new"
-
-
-def test_a_setting_change_reaches_every_policy_and_renames_nothing():
-    before = policies_of(run_program(settings())[0])
-    after = policies_of(run_program(settings(expiration_seconds=1200))[0])
+def test_a_setting_change_reaches_every_shard_and_renames_nothing():
+    before = shards_of(run_program(settings())[0])
+    after = shards_of(run_program(settings(expiration_seconds=1200))[0])
     assert set(after) == set(before)
-    assert {p["expiration_seconds"] for p in after.values()} == {1200}
+    assert {s["expiration_seconds"] for s in after.values()} == {1200}
+    assert all(s["actors"] != before[n]["actors"] for n, s in after.items())  # every fingerprint moved
 
 
-def test_resource_names_are_stable_per_actor():
-    assert policy_resource_name("agents/actor-a") == "egress-agents.actor-a"
+def test_kubeconfig_contents_are_a_secret_input_and_name_the_cluster():
+    contents = json.dumps(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "https://prod.example:6443"}}],
+            "contexts": [{"name": "kind-dev", "context": {"cluster": "c", "user": "u"}}],
+        },
+        indent=2,
+    )
+    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"], kubeconfig=contents))
+    [(name, inputs)] = shards_of(mocks).items()
+    assert monitor.secret[name] == {"kubeconfig"}
+    assert inputs["cluster"] == "server:https://prod.example:6443"
 
 
-def test_actors_differing_only_in_where_the_dash_falls_get_distinct_policies():
-    pairs = ["team-a/bot", "team/a-bot", "a-b/c", "a/b-c"]
-    assert settings_problems(settings(actors=pairs)) == []
-    mocks, resolved = run_program(settings(actors=pairs))
-    policies = policies_of(mocks)
-    assert sorted(policies) == ["egress-a-b.c", "egress-a.b-c", "egress-team-a.bot", "egress-team.a-bot"]
-    assert (policies["egress-team-a.bot"]["atespace"], policies["egress-team-a.bot"]["actor"]) == ("team-a", "bot")
-    assert (policies["egress-team.a-bot"]["atespace"], policies["egress-team.a-bot"]["actor"]) == ("team", "a-bot")
-    assert {ref: v[1] for ref, v in resolved["policies"].items()} == {ref: ref for ref in pairs}
+def test_a_kubeconfig_path_is_not_secret_and_is_the_identity():
+    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"], kubeconfig="~/.kube/prod"))
+    [(name, inputs)] = shards_of(mocks).items()
+    assert (inputs["kubeconfig"], inputs["cluster"]) == ("~/.kube/prod", "path:~/.kube/prod")
+    assert monitor.secret[name] == set()
+
+
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # how the wire protocol marks a secret value
+
+
+class OptionsMonitor(pulumi.runtime.mocks.MockMonitor):
+    """The mock monitor, also keeping what mocks drop: each registration's hideDiffs option and which of
+    its inputs went over the wire as secrets."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.hidden: dict[str, list[str]] = {}
+        self.secret: dict[str, set[str]] = {}
+
+    def RegisterResource(self, request):  # noqa: N802 - the gRPC method name
+        self.hidden[request.name] = list(request.hideDiffs)
+        fields = request.object.fields
+        self.secret[request.name] = {
+            key
+            for key, value in fields.items()
+            if value.HasField("struct_value") and SECRET_SIG in str(value.struct_value)
+        }
+        return super().RegisterResource(request)
+
+
+def run_with_monitor(egress_settings: EgressPolicySettings) -> tuple[RecordingMocks, OptionsMonitor]:
+    mocks = RecordingMocks()
+    monitor = OptionsMonitor(mocks)
+    pulumi.runtime.set_mocks(mocks, project="agent-budgets", stack="test", preview=False, monitor=monitor)
+
+    @pulumi.runtime.test
+    def program():
+        return ActorEgressPolicies("actor-egress", egress_settings).urn
+
+    program()
+    return mocks, monitor
+
+
+def test_shards_hide_their_bookkeeping_from_diffs():
+    """The uid/version records move on every write; previews show the per-actor fingerprints instead."""
+    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"]))
+    [name] = shards_of(mocks)
+    assert monitor.hidden[name] == ["policies"]
+    assert monitor.hidden["actor-egress"] == []
 
 
 @pytest.mark.parametrize(
@@ -162,11 +211,9 @@ def test_actors_differing_only_in_where_the_dash_falls_get_distinct_policies():
         ),
         ({"expiration_seconds": 60}, "expirationSeconds 60 must be an integer from 300 to 3600"),
         ({"actors": ["actor-a"]}, 'must be written "<atespace>/<name>"'),
-        (
-            {"actors": ["agents/actor-a", "agents/actor-b", "agents/actor-a"]},
-            "actor 'agents/actor-a' is listed twice (both would be the Pulumi resource 'egress-agents.actor-a')",
-        ),
+        ({"actors": ["agents/actor-a", "agents/actor-b", "agents/actor-a"]}, "actor 'agents/actor-a' is listed twice"),
         ({"kube_context": ""}, "kube context is empty"),
+        ({"concurrency": 0}, "concurrency 0 must be a whole number from 1 to 32"),
     ],
 )
 def test_bad_settings_fail_before_any_resource_is_registered(overrides, fragment):
@@ -187,16 +234,3 @@ def test_settings_are_a_frozen_dataclass():
     s = settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.kube_context = "other"  # type: ignore[misc]
-    assert [f.name for f in dataclasses.fields(EgressPolicySettings)] == [
-        "actors",
-        "gateway_hostname",
-        "gateway_port",
-        "audiences",
-        "expiration_seconds",
-        "extra_hostnames",
-        "provider_hosts",
-        "kube_context",
-        "kubectl",
-        "substrate_ref",
-        "timeout_seconds",
-    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import egress
-from core.egress import EgressConfigError, PolicyInputs
+from core.egress import EgressConfigError, EgressPolicySettings, PolicyInputs, ShardInputs
 
 GW = "agent-router.envoy-gateway-system.svc.cluster.local"
 
@@ -547,24 +547,84 @@ def test_normalisation_details():
     assert egress.normalize_rules([{"weird": 1}]) == [{"weird": 1}]
 
 
-def _state(**overrides):
-    """Outputs as stored after a create: the inputs plus the live normalised rules."""
-    i = inputs(**overrides)
-    return {**i.to_props(), "uid": "u", "version": "1", "rules": egress.desired_rules(i)}
+def shard(actors=("agents/actor-a", "agents/actor-b"), **overrides) -> ShardInputs:
+    base = dict(shard=7, actors=tuple(actors), kube_context="kind-test", substrate_ref="v0.5.0")
+    return ShardInputs(**{**base, **overrides})
 
 
-def test_diff_nothing_changed():
-    decision = egress.diff_decision(_state(), inputs().to_props())
-    assert (decision.changes, decision.replaces) == (False, [])
+def outputs(declared: ShardInputs, live: dict | None = None) -> dict:
+    """A shard's outputs after a write: the inputs, each actor's live fingerprint and its record."""
+    fingerprint = declared.fingerprint()
+    return {
+        **declared.to_props(),
+        "actors": live if live is not None else dict.fromkeys(declared.actors, fingerprint),
+        "policies": {ref: {"uid": f"uid-{ref}", "version": "1"} for ref in declared.actors},
+    }
 
 
-def test_diff_tolerates_wire_and_cli_representations():
-    olds = _state()
-    olds["rules"] = AS_PRINTED["rules"]  # expirationSeconds "900", uppercase hostname
-    news = {**inputs().to_props(), "gateway_port": 80.0, "expiration_seconds": 900.0}
-    assert egress.diff_decision(olds, news).changes is False
-    shuffled = _state(audiences=("b", "a"))
-    assert egress.diff_decision(shuffled, inputs(audiences=("a", "b")).to_props()).changes is False
+def test_fingerprints_follow_the_normalised_rules():
+    printed = egress.rules_fingerprint(AS_PRINTED["rules"])  # "900" as a string, uppercase hostname
+    assert printed == egress.rules_fingerprint(egress.build_rules(inputs())) == shard().fingerprint()
+    assert printed.startswith("sha256:") and len(printed) == len("sha256:") + 16
+    assert shard(expiration_seconds=1200).fingerprint() != printed
+    assert shard(audiences=("b", "a")).fingerprint() == shard(audiences=("a", "b")).fingerprint()
+
+
+def test_shards_are_stable_and_spread():
+    assert egress.shard_of("agents/actor-a") == egress.shard_of("agents/actor-a")
+    assert {egress.shard_of(f"agents/a-{i}") for i in range(2000)} == set(range(egress.SHARD_COUNT))
+    assert egress.shard_resource_name(7) == "egress-shard-07"
+    assert egress.policy_resource_name("agents/actor-a") == "egress-agents.actor-a"
+
+
+def test_settings_group_actors_into_their_shards():
+    refs = [f"agents/a-{i}" for i in range(300)]
+    settings = EgressPolicySettings(actors=refs, kube_context="kind-test", substrate_ref="v1", concurrency=4)
+    shards = settings.shards()
+    assert [s.shard for s in shards] == sorted({egress.shard_of(r) for r in refs})
+    assert sorted(r for s in shards for r in s.actors) == sorted(refs)
+    assert all(egress.shard_of(r) == s.shard for s in shards for r in s.actors)
+    assert {s.concurrency for s in shards} == {4}
+
+
+def test_shard_props_round_trip_from_the_wire():
+    declared = shard(gateway_port=8080, extra_hostnames=("pypi.org",), concurrency=3)
+    props = declared.to_props()
+    wire = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in props.items()}
+    assert ShardInputs.from_props(wire) == declared
+    assert ShardInputs.from_props({**props, "actors": ["agents/actor-b", "agents/actor-a"]}) == declared
+    assert props["rules"] == declared.desired_rules() and props["actors"]["agents/actor-a"] == declared.fingerprint()
+
+
+KUBECONFIG = """apiVersion: v1
+clusters:
+- name: prod
+  cluster: {server: "https://prod.example:6443"}
+contexts:
+- name: prod
+  context: {cluster: prod, user: admin}
+current-context: prod
+"""
+
+
+def test_cluster_identity():
+    assert egress.cluster_identity(None, "kind-test") == ""
+    assert egress.cluster_identity("~/.kube/prod", "prod") == "path:~/.kube/prod"
+    assert egress.cluster_identity(KUBECONFIG, "prod") == "server:https://prod.example:6443"
+    rotated = KUBECONFIG.replace("admin", "robot")
+    assert egress.cluster_identity(rotated, "prod") == egress.cluster_identity(KUBECONFIG, "prod")
+    assert egress.cluster_identity(KUBECONFIG, "").startswith("server:")  # the current context
+    unknown = egress.cluster_identity(KUBECONFIG, "staging")
+    assert unknown.startswith("contents:") and "prod.example" not in unknown
+    assert egress.kubeconfig_is_contents('{"apiVersion": "v1"}') and not egress.kubeconfig_is_contents("./kc.yaml")
+
+
+def test_diff_nothing_changed_even_on_the_wire():
+    declared = shard()
+    olds = outputs(declared)
+    news = {**declared.to_props(), "gateway_port": 80.0, "expiration_seconds": 900.0, "timeout_seconds": 30.0}
+    decision = egress.shard_diff(olds, news)
+    assert (decision.changes, decision.replaces, decision.actors) == (False, [], [])
 
 
 @pytest.mark.parametrize(
@@ -577,47 +637,73 @@ def test_diff_tolerates_wire_and_cli_representations():
         {"gateway_hostname": "gw.example.com"},
     ],
 )
-def test_diff_rule_change_updates_in_place(change):
-    decision = egress.diff_decision(_state(), inputs(**change).to_props())
-    assert decision.changes is True and decision.replaces == [] and decision.reasons == ["rules"]
+def test_a_rule_setting_changes_every_actor_in_place(change):
+    key = next(iter(change))
+    decision = egress.shard_diff(outputs(shard()), shard(**change).to_props())
+    assert (decision.changes, decision.replaces) == (True, [])
+    assert decision.reasons == [key, "actors (2)"] and decision.actors == ["agents/actor-a", "agents/actor-b"]
 
 
-def test_diff_target_changes_replace():
-    atespace = egress.diff_decision(_state(), inputs(atespace="other").to_props())
-    assert (atespace.changes, atespace.replaces, atespace.delete_before_replace) == (True, ["atespace"], False)
-    actor = egress.diff_decision(_state(), inputs(actor="actor-b").to_props())
-    assert (actor.changes, actor.replaces, actor.delete_before_replace) == (True, ["actor"], False)
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"kubectl": "/opt/kubectl"},
+        {"timeout_seconds": 5},
+        {"substrate_ref": "v9"},
+        {"provider_hosts": ("x.example",)},
+        {"concurrency": 2},
+        {"kubeconfig": "/etc/kubeconfig"},
+    ],
+)
+def test_operational_settings_are_an_update_of_no_actor(change):
+    key = next(iter(change))
+    decision = egress.shard_diff(outputs(shard()), shard(**change).to_props())
+    expected_replaces = ["cluster"] if key == "kubeconfig" else []  # a file path names the target
+    assert (decision.changes, decision.replaces, decision.actors) == (True, expected_replaces, [])
 
 
-def test_diff_new_kube_context_replaces_deleting_first():
-    """Updating in place would write the policy in the new cluster and orphan the old one."""
-    context = egress.diff_decision(_state(), inputs(kube_context="kind-other").to_props())
-    assert (context.changes, context.replaces, context.reasons) == (True, ["kube_context"], ["kube_context"])
-    assert context.delete_before_replace is True
-    both = egress.diff_decision(_state(), inputs(kube_context="kind-other", gateway_port=8080).to_props())
-    assert (both.replaces, both.reasons) == (["kube_context"], ["kube_context", "rules"])
+def test_a_new_target_replaces_deleting_first():
+    context = egress.shard_diff(outputs(shard()), shard(kube_context="kind-other").to_props())
+    assert (context.replaces, context.delete_before_replace) == (["kube_context"], True)
+    olds = outputs(shard(kubeconfig=KUBECONFIG, kube_context="prod"))
+    rotated = shard(kubeconfig=KUBECONFIG.replace("admin", "robot"), kube_context="prod")
+    assert egress.shard_diff(olds, rotated.to_props()).replaces == []
+    moved = shard(kubeconfig=KUBECONFIG.replace("prod.example", "dr.example"), kube_context="prod")
+    assert egress.shard_diff(olds, moved.to_props()).replaces == ["cluster"]
 
 
-def test_diff_ignores_rules_given_as_inputs():
-    news = {**inputs().to_props(), "rules": egress.desired_rules(inputs(gateway_port=8080))}
-    assert egress.diff_decision(_state(), news).changes is False
+def test_diff_names_the_actors_added_removed_or_drifted():
+    declared = shard(actors=("agents/actor-a", "agents/actor-b", "agents/actor-c"))
+    live = {"agents/actor-a": declared.fingerprint(), "agents/actor-b": "sha256:0000", "agents/actor-d": "x"}
+    olds = outputs(declared, live)
+    olds["policies"] = {ref: {"uid": "u", "version": "1"} for ref in live}
+    decision = egress.shard_diff(olds, declared.to_props())
+    assert decision.actors == ["agents/actor-b", "agents/actor-c", "agents/actor-d"]
+    assert decision.reasons == ["actors (3)"]
 
 
-def test_diff_ignores_operational_inputs():
-    news = inputs(kubectl="/opt/kubectl", timeout_seconds=5, substrate_ref="v9", provider_hosts=("x.example",))
-    assert egress.diff_decision(_state(), news.to_props()).changes is False
-
-
-def test_diff_without_recorded_rules_changes():
-    olds = _state()
-    del olds["rules"]
-    assert egress.diff_decision(olds, inputs().to_props()).changes is True
-
-
-def test_drifted_live_rules_are_a_change():
-    olds = _state()
-    olds["rules"] = egress.desired_rules(inputs(expiration_seconds=3600))
-    assert egress.diff_decision(olds, inputs().to_props()).reasons == ["rules"]
+def test_plan_shard():
+    declared = shard(actors=("agents/a", "agents/b", "agents/c", "agents/d"))
+    fingerprint = declared.fingerprint()
+    olds = {
+        "actors": {
+            "agents/a": fingerprint,
+            "agents/b": "sha256:old",
+            "agents/c": egress.ABSENT,
+            "agents/x": fingerprint,
+        },
+        "policies": {
+            "agents/a": {"uid": "ua", "version": 1.0},
+            "agents/b": {"uid": "ub", "version": "4"},
+            "agents/x": {"uid": "ux", "version": "2"},
+        },
+    }
+    plan = egress.plan_shard(olds, declared)
+    assert plan.keep == {"agents/a": egress.Recorded("ua", "1")}
+    assert plan.write == {"agents/b": egress.Recorded("ub", "4")}
+    assert plan.create == ["agents/c", "agents/d"]
+    assert plan.delete == {"agents/x": egress.Recorded("ux", "2")}
+    assert plan.calls == 4
 
 
 def test_config_error_lists_every_problem():

@@ -228,7 +228,7 @@ def test_the_captures_hold_what_the_rules_inspect():
     for resources in (dev, prod):
         kinds = {r.kind for r in resources}
         assert {"AIServiceBackend", "BackendTrafficPolicy", "SecurityPolicy", "ClientTrafficPolicy"} <= kinds
-        assert any(r.type == rules.DYNAMIC_RESOURCE_TYPE for r in resources)
+        assert any(r.type == rules.EGRESS_SHARD_TYPE for r in resources)
         assert any(r.type == rules.HELM_RELEASE_TYPE and "gateway-helm" in r.inputs["chart"] for r in resources)
     assert find(dev, "StatefulSet", "redis")
     assert any(r.kind == "BackendSecurityPolicy" and r.inputs["spec"]["type"] == "AnthropicAPIKey" for r in prod)
@@ -273,12 +273,8 @@ def _nothing_rule() -> dict[str, Any]:
 
 
 def _egress(resources: list[Captured], actor: str) -> dict[str, Any]:
-    atespace, name = actor.split("/")
-    [found] = [
-        r
-        for r in resources
-        if r.type == rules.DYNAMIC_RESOURCE_TYPE and r.inputs["atespace"] == atespace and r.inputs["actor"] == name
-    ]
+    """The inputs of the egress-policy shard that holds ``actor``."""
+    [found] = [r for r in resources if r.type == rules.EGRESS_SHARD_TYPE and actor in r.inputs["actors"]]
     return found.inputs
 
 
@@ -576,7 +572,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _egress(rs, "agents/actor-a").update(expiration_seconds=120),
         "actorJwt.expirationSeconds is 120",
-        "egress policy of actor agents/actor-a",
+        "egress policies of agents/actor-a",
     ),
     Broken(
         "jwt-lifetime-too-long",
@@ -584,7 +580,7 @@ BROKEN: list[Broken] = [
         "prod",
         lambda rs: _egress(rs, "agents/coder-1").update(expiration_seconds=7200),
         "actorJwt.expirationSeconds is 7200",
-        "egress policy of actor agents/coder-1",
+        "egress policies of agents/coder-1",
     ),
     Broken(
         "jwt-sent-to-another-host",
@@ -592,7 +588,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _egress(rs, "agents/actor-b").update(gateway_hostname="agent-router.example.com"),
         "sends the actor JWT to ['agent-router.example.com']",
-        "egress policy of actor agents/actor-b",
+        "egress policies of agents/actor-b",
     ),
     Broken(
         "extra-hostname-by-default",
@@ -600,7 +596,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _egress(rs, "agents/actor-b").update(extra_hostnames=["pypi.org"]),
         "egress rule 2 (tlsPassthrough) for ['pypi.org'] is not the gateway rule",
-        "egress policy of actor agents/actor-b",
+        "egress policies of agents/actor-b",
     ),
     Broken(
         "extra-hostname-when-explicitly-refused",
@@ -608,7 +604,7 @@ BROKEN: list[Broken] = [
         "prod",
         lambda rs: _egress(rs, "agents/support-2").update(extra_hostnames=["pypi.org", "files.pythonhosted.org"]),
         "is not the gateway rule",
-        "egress policy of actor agents/support-2",
+        "egress policies of agents/support-2",
         count=2,  # one tlsPassthrough rule per extra hostname
         config={"allowExtraHostnames": False},
     ),
@@ -618,7 +614,7 @@ BROKEN: list[Broken] = [
         "prod",
         lambda rs: _egress(rs, "agents/support-1").update(extra_hostnames=["api.openai.com"]),
         "lets the actor reach model provider host 'api.openai.com'",
-        "egress policy of actor agents/support-1",
+        "egress policies of agents/support-1",
         config={"allowExtraHostnames": True},
     ),
     Broken(
@@ -627,7 +623,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _egress(rs, "agents/actor-a").update(extra_hostnames=["*.anthropic.com"]),
         "lets the actor reach model provider host 'api.anthropic.com'",
-        "egress policy of actor agents/actor-a",
+        "egress policies of agents/actor-a",
         config={"allowExtraHostnames": True},
     ),
     Broken(
@@ -642,7 +638,7 @@ BROKEN: list[Broken] = [
             ),
         ),
         "injects a stored credential (credentialUri)",
-        "egress policy of actor agents/actor-a",
+        "egress policies of agents/actor-a",
     ),
     Broken(
         "jwt-prefix-missing",
@@ -650,7 +646,7 @@ BROKEN: list[Broken] = [
         "prod",
         lambda rs: _with_rules(rs, "agents/coder-2", lambda doc: _jwt_header(doc).update(prefix="")),
         "uses prefix ''",
-        "egress policy of actor agents/coder-2",
+        "egress policies of agents/coder-2",
     ),
     Broken(
         "jwt-replaces-another-header",
@@ -658,7 +654,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _with_rules(rs, "agents/actor-b", lambda doc: _jwt_header(doc).update(header="X-Api-Key")),
         "replaces headers ['X-Api-Key']",
-        "egress policy of actor agents/actor-b",
+        "egress policies of agents/actor-b",
     ),
     Broken(
         "extra-https-rule",
@@ -666,7 +662,7 @@ BROKEN: list[Broken] = [
         "dev",
         lambda rs: _with_rules(rs, "agents/actor-a", lambda doc: doc.append({"https": {"hostnames": ["example.com"]}})),
         "egress rule 2 (https) for ['example.com'] has no actor-JWT effect",
-        "egress policy of actor agents/actor-a",
+        "egress policies of agents/actor-a",
         config={"allowExtraHostnames": True},
     ),
     Broken(
@@ -679,7 +675,7 @@ BROKEN: list[Broken] = [
             lambda doc: doc.__setitem__(0, PASSTHROUGH_PYPI),
         ),
         "has no http rule for agent-router.envoy-gateway-system.svc.cluster.local",
-        "egress policy of actor agents/actor-a",
+        "egress policies of agents/actor-a",
         config={"allowExtraHostnames": True},
     ),
     # -- every actor falls in exactly one budget rule; caps; one budget policy; the JWT sets the header

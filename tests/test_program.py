@@ -11,6 +11,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from core.budget_rules import compile_budget_rules
+from core.egress import shard_of, shard_resource_name
 from core.validation import parse_settings
 from tests.support.program import ProgramRun, RecordingMocks, Registered, run_program, stack_config
 
@@ -208,9 +209,11 @@ def test_mock_model_runs_our_server_and_reports_200_tokens(dev):
     assert routes == {"mock-small", "mock-large"}
 
 
-def test_one_egress_policy_per_actor(dev):
-    policies = [r for r in dev.resources if r.type == "pulumi-python:dynamic:Resource"]
-    assert sorted(r.name for r in policies) == ["egress-agents.actor-a", "egress-agents.actor-b"]
+def test_every_actor_has_its_egress_policy_in_its_shard(dev):
+    shards = [r for r in dev.resources if r.type == "pulumi-python:dynamic:EgressPolicyShard"]
+    actors = {ref: shard.name for shard in shards for ref in shard.inputs["actors"]}
+    assert actors == {ref: shard_resource_name(shard_of(ref)) for ref in ("agents/actor-a", "agents/actor-b")}
+    assert {shard.inputs["kube_context"] for shard in shards} == {"kind-agent-budgets"}
 
 
 def test_every_kubernetes_resource_uses_the_explicit_provider(dev):
@@ -257,8 +260,37 @@ def test_egress_policies_allow_the_gateway_port():
     config["gateway"] = {"port": 8080, "smallCluster": True}
     run = run_program(config)
     assert spec(run.one("Gateway"))["listeners"][0]["port"] == 8080
-    policies = [r for r in run.resources if r.type == "pulumi-python:dynamic:Resource"]
-    assert policies and {p.inputs["gateway_port"] for p in policies} == {8080}
+    shards = [r for r in run.resources if r.type == "pulumi-python:dynamic:EgressPolicyShard"]
+    assert shards and {s.inputs["gateway_port"] for s in shards} == {8080}
+    assert {s.inputs["rules"][0]["http"]["ports"]["numbers"][0] for s in shards} == {8080}
+
+
+def test_the_kubeconfig_and_the_concurrency_reach_every_egress_shard():
+    """kubectl ate is pointed at the cluster the Kubernetes provider uses, not at the ambient kubeconfig."""
+    config = stack_config("dev")
+    config["kubernetes"] = {"context": "kind-agent-budgets", "kubeconfig": "/etc/agent-budgets/kubeconfig"}
+    config["substrate"] = {"egress": {"concurrency": 12}}
+    run = run_program(config)
+    [provider] = run.of_kind("kubernetes")
+    shards = [r for r in run.resources if r.type == "pulumi-python:dynamic:EgressPolicyShard"]
+    assert shards and provider.inputs["kubeconfig"] == "/etc/agent-budgets/kubeconfig"
+    for shard in shards:
+        assert (shard.inputs["kubeconfig"], shard.inputs["cluster"]) == (
+            "/etc/agent-budgets/kubeconfig",
+            "path:/etc/agent-budgets/kubeconfig",
+        )
+        assert (shard.inputs["kube_context"], shard.inputs["concurrency"]) == ("kind-agent-budgets", 12)
+
+
+def test_kubeconfig_contents_name_the_cluster_of_every_egress_shard():
+    contents = (
+        "apiVersion: v1\nclusters:\n- name: prod\n  cluster: {server: 'https://prod.example:6443'}\n"
+        "contexts:\n- name: kind-agent-budgets\n  context: {cluster: prod, user: ci}\n"
+    )
+    config = stack_config("dev")
+    config["kubernetes"] = {"context": "kind-agent-budgets", "kubeconfig": contents}
+    shards = [r for r in run_program(config).resources if r.type == "pulumi-python:dynamic:EgressPolicyShard"]
+    assert shards and {s.inputs["cluster"] for s in shards} == {"server:https://prod.example:6443"}
 
 
 @pytest.mark.parametrize(

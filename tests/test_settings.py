@@ -202,6 +202,11 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
         ["agent-budgets:substrate.egress.expirationSeconds", "60"],
     ),
     (
+        "egress concurrency out of range",
+        with_changes(substrate={"egress": {"concurrency": 64}}),
+        ["agent-budgets:substrate.egress.concurrency", "64", "32"],
+    ),
+    (
         "issuer not https",
         with_changes(substrate={"issuer": "http://idp.ate-system.svc"}),
         ["agent-budgets:substrate.issuer", "https://"],
