@@ -133,6 +133,18 @@ verify_substrate_features() {
     ! grep -rqF 'GetActorJwt()' "${src}/cmd/atenet" 2>/dev/null; then
     missing+=("actorJwt header injection on http egress rules (cmd/atenet)")
   fi
+  # The egress provider writes with `update egress-policy` and deletes with `delete egress-policy --uid
+  # --version` (cmd/kubectl-ate/internal/cmd/egress_policy.go): the first egress-policy commands were get
+  # and create only (upstream d07c205); update and the guarded delete are there at 18d1c266.
+  local delete_files=()
+  mapfile -t delete_files < <(grep -rlF 'DeleteActorEgressPolicy(' "${src}/cmd/kubectl-ate" 2>/dev/null || true)
+  grep -rqF 'UpdateActorEgressPolicy(' "${src}/cmd/kubectl-ate" 2>/dev/null ||
+    missing+=("kubectl ate update egress-policy (cmd/kubectl-ate; upstream has it at 18d1c266)")
+  if ((${#delete_files[@]} == 0)); then
+    missing+=("kubectl ate delete egress-policy (cmd/kubectl-ate; upstream has it at 18d1c266)")
+  elif ! grep -qF '"uid"' "${delete_files[@]}"; then
+    missing+=("the --uid/--version guards of kubectl ate delete egress-policy (cmd/kubectl-ate)")
+  fi
   if ((${#missing[@]} > 0)); then
     local item
     for item in "${missing[@]}"; do
@@ -170,7 +182,7 @@ step_substrate_source() {
     warn "${SUBSTRATE_REF} is ${commit}, not ${SUBSTRATE_EXPECTED_COMMIT_PREFIX}… as recorded in scripts/versions.env (has the tag moved?)"
   fi
   verify_substrate_features
-  info "${SUBSTRATE_REF} = ${commit}: installer, IdP (deployed by its manifests), actor JWT subject, http-rule JWT injection and a known ActorTemplate snapshot shape present"
+  info "${SUBSTRATE_REF} = ${commit}: installer, IdP (deployed by its manifests), actor JWT subject, http-rule JWT injection, a known ActorTemplate snapshot shape and guarded egress-policy writes present"
 }
 
 # --- substrate-install ---------------------------------------------------------------------------

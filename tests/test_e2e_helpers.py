@@ -1446,6 +1446,7 @@ def stub_root(tmp_path):
 
     run.seed = seed
     run.bin_dir = bin_dir
+    run.substrate = src
     return run
 
 
@@ -1474,6 +1475,38 @@ def test_up_check_prereqs_wants_a_recent_kind(stub_root):
     stub_root.seed(kind_version="v0.33.1")
     done, _ = stub_root("check-prereqs")
     assert done.returncode == 0, done.stderr
+
+
+EGRESS_CLI_GET_CREATE = (
+    "func runGet() { c.GetActorEgressPolicy(ctx, req) }\nfunc runCreate() { c.CreateActorEgressPolicy(ctx, req) }\n"
+)
+EGRESS_CLI_FULL = EGRESS_CLI_GET_CREATE + (
+    "func runUpdate() { c.UpdateActorEgressPolicy(ctx, req) }\n"
+    "func runDelete() { c.DeleteActorEgressPolicy(ctx, req) }\n"
+    'func init() { deleteEgressPolicyCmd.Flags().StringVar(&f.uid, "uid", "", "guard") }\n'
+)
+
+
+def test_up_substrate_source_requires_update_and_guarded_delete_of_egress_policies(stub_root):
+    _substrate_features(stub_root.substrate, EGRESS_CLI_FULL)
+    (stub_root.substrate / "manifests/ate-install/idp.yaml").write_text(IDP_MANIFEST)
+    done, _ = stub_root("substrate-source")
+    assert done.returncode == 0, done.stderr
+    assert "guarded egress-policy writes present" in done.stderr + done.stdout
+    _substrate_features(stub_root.substrate, EGRESS_CLI_GET_CREATE)
+    done, _ = stub_root("substrate-source")
+    assert done.returncode == 1
+    versions = (Path(__file__).resolve().parents[1] / "scripts" / "versions.env").read_text()
+    ref = re.search(r"^SUBSTRATE_REF=(\S+)$", versions, re.M).group(1)
+    missing = [line for line in done.stderr.splitlines() if line.startswith("missing in Substrate")]
+    assert missing == [
+        f"missing in Substrate {ref}: kubectl ate update egress-policy (cmd/kubectl-ate; upstream has it at 18d1c266)",
+        f"missing in Substrate {ref}: kubectl ate delete egress-policy (cmd/kubectl-ate; upstream has it at 18d1c266)",
+    ]
+    _substrate_features(stub_root.substrate, EGRESS_CLI_FULL.replace('"uid"', '"force"'))
+    done, _ = stub_root("substrate-source")
+    assert done.returncode == 1
+    assert "the --uid/--version guards of kubectl ate delete egress-policy" in done.stderr
 
 
 def test_up_kind_cluster_creates_then_converges(stub_root):
@@ -1627,11 +1660,19 @@ def test_up_substrate_install_requires_a_serving_idp(stub_root, idp, rc, said):
         )
 
 
-def _substrate_features(src):
-    for folder in ("cmd/ate-setup", "cmd/kubectl-ate", "cmd/ate-idp-server", "cmd/ateapi", "cmd/atenet"):
+def _substrate_features(src, egress_cli=EGRESS_CLI_FULL):
+    """The parts of a Substrate checkout that `substrate-source` looks for (scripts/up.sh)."""
+    for folder in ("cmd/ate-setup", "cmd/kubectl-ate/internal/cmd", "cmd/ate-idp-server", "cmd/ateapi", "cmd/atenet"):
         (src / folder).mkdir(parents=True, exist_ok=True)
     (src / "cmd/ateapi/mint.go").write_text('sub := fmt.Sprintf("actor/%s/%s", atespace, name)\n')
     (src / "cmd/atenet/egress.go").write_text("token := effect.GetActorJwt()\n")
+    (src / "cmd/kubectl-ate/internal/cmd/egress_policy.go").write_text(egress_cli)
+
+
+IDP_MANIFEST = (
+    "kind: Deployment\nmetadata:\n  name: ate-idp-server\nspec:\n  template:\n    spec:\n      containers:\n"
+    "      - image: ko://go.ate.dev/substrate/cmd/ate-idp-server\n---\nkind: Service\nmetadata:\n  name: idp\n"
+)
 
 
 def test_up_substrate_source_checks_that_the_installer_deploys_the_idp(stub_root, tmp_path):
@@ -1641,10 +1682,7 @@ def test_up_substrate_source_checks_that_the_installer_deploys_the_idp(stub_root
     done, _ = stub_root("substrate-source")
     assert done.returncode == 1
     assert "install manifests (manifests/ate-install) have no workload running cmd/ate-idp-server" in done.stderr
-    (src / "manifests/ate-install/idp.yaml").write_text(
-        "kind: Deployment\nmetadata:\n  name: ate-idp-server\nspec:\n  template:\n    spec:\n      containers:\n"
-        "      - image: ko://go.ate.dev/substrate/cmd/ate-idp-server\n---\nkind: Service\nmetadata:\n  name: idp\n"
-    )
+    (src / "manifests/ate-install/idp.yaml").write_text(IDP_MANIFEST)
     done, _ = stub_root("substrate-source")
     assert done.returncode == 0, done.stderr
     assert "IdP (deployed by its manifests)" in done.stdout
