@@ -4,7 +4,7 @@ VENV ?= venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: help venv test lint unit up down e2e crds bench bench-e2e docs spend bench-spend
+.PHONY: help venv test lint unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend
 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench      resources registered and seconds for 100, 1,000 and 10,000 actors (mocks)"
 	@echo "make spend      who spent what, who is near the limit, when it resets (STACK=dev, ARGS='--json ...')"
 	@echo "make bench-spend  seconds to read 10,000 actors' counters from a real local redis-server"
+	@echo "make bench-egress  egress-policy provider at 10,000 actors against a fake kubectl taking 0.3 s and 1 s a call"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
 	@echo "make docs       regenerate the configuration reference in docs/configuration.md from the models"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
@@ -49,6 +50,10 @@ spend: $(STAMP)
 
 bench-spend: $(STAMP)
 	$(BIN)/python scripts/bench_spend.py
+
+# Half an hour on two cores: every figure of docs/egress-policies.md ("Scale"), at both latencies.
+bench-egress: $(STAMP)
+	$(BIN)/python scripts/bench_egress.py --actors 10000 --latency 0.3 1.0
 
 # One line per step (scripts/up.sh STEP), so `make -n up` shows the whole sequence; each is safe to re-run.
 up: $(STAMP)
