@@ -337,7 +337,8 @@ def _layout_problems(
             )
     last_index = (len(budgets) - 1) * limit_slots + max(len(budgets[-1].limits), 1) - 1
     if last_index >= MAX_RULES:
-        most = (MAX_RULES - 1) // limit_slots
+        # c classes fit when c * limitSlots + (limits of the last class) - 1 < MAX_RULES.
+        most = (MAX_RULES - max(len(budgets[-1].limits), 1)) // limit_slots
         problems.append(
             Problem(
                 "budgets.classes",

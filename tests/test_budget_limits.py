@@ -198,6 +198,17 @@ def test_rules_beyond_envoy_gateways_cap_are_refused_with_how_many_classes_fit()
     assert MAX_RULES == 256
 
 
+def test_the_number_of_classes_that_fit_counts_the_last_class_limits():
+    """85 classes of 3 limits at limitSlots 3 need rule 85 * 3 + 2 = 257: only 84 fit, and the message says so."""
+    three = (tokens(1), tokens(2, "Hour"), tokens(3, "Week"))
+    classes = [budget(f"c{i}", *three, actors=(f"agents/a{i}",)) for i in range(85)]
+    compile_rules(budget("default", tokens(1)), classes[:84], exclusion_slots=1, limit_slots=3)
+    with pytest.raises(ConfigError) as caught:
+        compile_rules(budget("default", tokens(1)), classes, exclusion_slots=1, limit_slots=3)
+    assert "has 85 classes: with budgetPolicy.limitSlots 3 they need 258 rate-limit rules" in str(caught.value)
+    assert "so at most 84 classes fit" in str(caught.value)
+
+
 def test_a_usd_default_budget_needs_one_match_for_its_marker():
     with pytest.raises(ConfigError, match="lower it to 1022"):
         compile_rules(budget("default", usd("5")), [], exclusion_slots=1023, limit_slots=1)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.e2e.conftest as e2e_conftest
 import tests.e2e.test_e2e_01_metering as check_1
 import tests.e2e.test_e2e_02_spoofing as check_2
 import tests.e2e.test_e2e_03_exhaustion as check_3
@@ -1217,6 +1218,23 @@ def test_a_missing_stack_fails_make_e2e_and_skips_a_bare_pytest_run():
         assert "AGENT_BUDGETS_E2E_REQUIRE_STACK=1 " in recipe
 
 
+def test_a_missing_pulumi_cli_fails_the_stack_changing_checks_under_make_e2e():
+    """Checks 8 and 10-13 change the stack with `pulumi up`: without the CLI, `make e2e` must not pass."""
+    from tests.e2e.e2elib.env import cli_missing_outcome
+
+    missing, present = (lambda name: None), (lambda name: f"/usr/local/bin/{name}")
+    assert cli_missing_outcome(10, present, {"AGENT_BUDGETS_E2E_REQUIRE_STACK": "1"}) is None
+    verdict, message = cli_missing_outcome(10, missing, {"AGENT_BUDGETS_E2E_REQUIRE_STACK": "1"})
+    assert verdict == "fail"
+    assert message.startswith("check 10 changes the stack through the Pulumi CLI, which is not on PATH")
+    assert cli_missing_outcome(10, missing, {})[0] == "skip"
+    checks = Path(__file__).resolve().parent / "e2e"
+    for number in (8, 10, 11, 12, 13):
+        [source] = [p.read_text() for p in checks.glob(f"test_e2e_{number:02d}_*.py")]
+        assert f"require_pulumi_cli({number})" in source
+        assert "pytest.skip" not in source
+
+
 def test_make_e2e_without_a_cluster_exits_non_zero_naming_the_context(tmp_path):
     """The real entry point: pytest on tests/e2e with no kube context at all (an empty kubeconfig)."""
     root = Path(__file__).resolve().parents[1]
@@ -1892,8 +1910,7 @@ def run_check(number, env, monkeypatch):
     def report(n, title=None):
         return reporting(n, title or TITLES[n], record=verdicts.append, fail=fail, emit=printed.append)
 
-    monkeypatch.setattr(check_8.shutil, "which", lambda name: "/usr/bin/pulumi")
-    monkeypatch.setattr(check_10.shutil, "which", lambda name: "/usr/bin/pulumi")
+    monkeypatch.setattr(e2e_conftest.shutil, "which", lambda name: "/usr/bin/pulumi")
     monkeypatch.setattr("time.sleep", lambda seconds: None)
     with contextlib.suppress(AssertionError):  # a FAIL; the verdict says why
         CHECKS[number](env, report)

@@ -29,6 +29,7 @@ import celpy
 import pytest
 from celpy import celtypes
 
+import tests.e2e.conftest as e2e_conftest
 import tests.e2e.test_e2e_11_usd_limit as check_usd
 import tests.e2e.test_e2e_12_windows as check_windows
 import tests.e2e.test_e2e_13_suspended as check_suspended
@@ -237,8 +238,8 @@ def run_check(number, env, monkeypatch) -> tuple[Verdict, str]:
     def report(n, title=None):
         return reporting(n, title or TITLES[n], record=verdicts.append, fail=fail, emit=printed.append)
 
-    module, check = CHECKS[number]
-    monkeypatch.setattr(module.shutil, "which", lambda name: "/usr/bin/pulumi")
+    _, check = CHECKS[number]
+    monkeypatch.setattr(e2e_conftest.shutil, "which", lambda name: "/usr/bin/pulumi")
     with contextlib.suppress(AssertionError):  # a FAIL; the verdict says why
         check(env, report)
     (verdict,) = verdicts

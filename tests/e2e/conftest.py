@@ -10,6 +10,7 @@ atenet-router. Each check prints PASS or FAIL with its evidence; the summary rep
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -17,10 +18,21 @@ import pytest
 
 from tests.e2e.e2elib.checks import TITLES
 from tests.e2e.e2elib.config import load_settings
-from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, live_env, unavailable_outcome
+from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, cli_missing_outcome, live_env, unavailable_outcome
 from tests.e2e.e2elib.verdict import Verdict, reporting
 
 VERDICTS: list[Verdict] = []
+
+
+def require_pulumi_cli(check_number: int) -> None:
+    """Stop a check that changes the stack when the Pulumi CLI is missing: a failure under `make e2e`."""
+    outcome = cli_missing_outcome(check_number, shutil.which, os.environ)
+    if outcome is None:
+        return
+    verdict, message = outcome
+    if verdict == "fail":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@ through stack config and `pulumi up`, then restored), actor-b is held to its own
 the default."""
 
 import json
-import shutil
 
 import pytest
 
+from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_class
 from tests.e2e.e2elib.stack import budget_class
 
@@ -16,8 +16,7 @@ CLASS_TOKENS = 5000
 
 
 def test_class_member_has_its_own_limit(env, report):
-    if shutil.which("pulumi") is None:
-        pytest.skip("check 8 changes the stack through the Pulumi CLI, which is not installed")
+    require_pulumi_cli(8)
     s = env.settings
     per = s.tokens_per_call
     actor_a, actor_b = s.demo_actors[:2]

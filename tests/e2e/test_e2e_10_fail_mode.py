@@ -3,10 +3,10 @@ actor's call; with `rateLimit.failClosed: true` applied (stack config + `pulumi 
 The stack config and Redis are put back afterwards, also when the check fails."""
 
 import json
-import shutil
 
 import pytest
 
+from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import judge_fail_mode
 from tests.e2e.e2elib.stack import config_override
 
@@ -14,8 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_fail_open_admits_and_fail_closed_refuses_without_the_store(env, report):
-    if shutil.which("pulumi") is None:
-        pytest.skip("check 10 changes the stack through the Pulumi CLI, which is not installed")
+    require_pulumi_cli(10)
     s = env.settings
     actor = s.demo_actors[0]
     with report(10) as v:

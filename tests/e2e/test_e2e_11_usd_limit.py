@@ -5,10 +5,10 @@ budgets are set through stack config and `pulumi up`, and restored afterwards ev
 """
 
 import json
-import shutil
 
 import pytest
 
+from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_usd_limit
 from tests.e2e.e2elib.money import MOCK_PRICE, mock_call_mills
 from tests.e2e.e2elib.stack import UNSET, stack_changes
@@ -20,8 +20,7 @@ MILLS_PER_USD = 1000
 
 
 def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report):
-    if shutil.which("pulumi") is None:
-        pytest.skip("check 11 changes the stack through the Pulumi CLI, which is not installed")
+    require_pulumi_cli(11)
     s = env.settings
     actor_b = s.demo_actors[1]
     per_call = mock_call_mills(s.tokens_per_call)

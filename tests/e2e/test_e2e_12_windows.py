@@ -5,10 +5,10 @@ first limit is rule 0 whatever the slots, so the default counters stay where the
 """
 
 import json
-import shutil
 
 import pytest
 
+from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_windows
 from tests.e2e.e2elib.stack import stack_changes
 
@@ -19,8 +19,7 @@ SMALL, LARGE = (600, "Hour"), (5000, "Day")
 
 
 def test_the_smaller_window_refuses_first(env, report):
-    if shutil.which("pulumi") is None:
-        pytest.skip("check 12 changes the stack through the Pulumi CLI, which is not installed")
+    require_pulumi_cli(12)
     s = env.settings
     per = s.tokens_per_call
     actor_b = s.demo_actors[1]

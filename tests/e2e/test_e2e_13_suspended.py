@@ -3,10 +3,9 @@ that says it is suspended while actor-a is served, and its counter does not move
 lifted (the config restored) it is admitted again and its counter continues from what it had spent.
 """
 
-import shutil
-
 import pytest
 
+from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import judge_suspension
 from tests.e2e.e2elib.stack import stack_changes
 
@@ -14,8 +13,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_suspended_actor_is_refused_and_its_budget_kept(env, report):
-    if shutil.which("pulumi") is None:
-        pytest.skip("check 13 changes the stack through the Pulumi CLI, which is not installed")
+    require_pulumi_cli(13)
     s = env.settings
     actor_a, actor_b = s.demo_actors[:2]
     with report(13) as v:

@@ -36,6 +36,22 @@ def unavailable_outcome(reason: str, environ: Mapping[str, str]) -> tuple[str, s
     return ("fail" if environ.get(REQUIRE_STACK_ENV) == "1" else "skip"), message
 
 
+def cli_missing_outcome(
+    check_number: int, which: Callable[[str], str | None], environ: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """None when the Pulumi CLI is on PATH; else ("fail" | "skip", message) for a check that changes the stack.
+
+    Under `make e2e` a check that cannot run must fail, like a missing stack (issue 10, defect 2).
+    """
+    if which("pulumi") is not None:
+        return None
+    message = (
+        f"check {check_number} changes the stack through the Pulumi CLI, which is not on PATH: install it "
+        "(`make up` needs it too), then `make e2e`"
+    )
+    return ("fail" if environ.get(REQUIRE_STACK_ENV) == "1" else "skip"), message
+
+
 @dataclass
 class LiveEnv:
     settings: Settings
