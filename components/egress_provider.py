@@ -34,7 +34,11 @@ preconditions, adding or removing an actor is one call.
 
 Every call is safe to retry (get reads; create recovers through AlreadyExists; update and delete are
 guarded by uid and version; delete treats NotFound as done): Unavailable, DeadlineExceeded, connection
-failures and timeouts are retried with capped exponential backoff and full jitter.
+failures and timeouts are retried with capped exponential backoff and full jitter. NotFound is taken only
+from the server (``code = NotFound``, "has no egress policy", "actor ... not found"): a client that cannot
+reach Substrate's API server ("failed to connect to ate-api-server: ...", whose Kubernetes "... not found"
+is about the install, not the policy) is retried, then stops the shard, so a wrong cluster never makes a
+refresh record policies absent or a delete count them gone.
 
 Pulumi pickles each provider object (dill) into the state by reference to this module and class name:
 ``components.egress_provider.EgressShardProvider`` for the shards, and
@@ -54,7 +58,6 @@ import re
 import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -67,6 +70,8 @@ import pulumi.dynamic as dyn
 
 from core import egress
 from core.egress import PolicyInputs, Recorded, ShardInputs
+from core.kubeconfig import is_contents
+from tools.kubeconfig import kubeconfig_file, read_kubeconfig_file
 
 RETRY_ATTEMPTS = 5
 """Runs of one ``kubectl ate`` call at most, when it fails in a way that may pass (Unavailable,
@@ -94,9 +99,10 @@ PLUGIN_MISSING = "PluginMissing"
 KUBECONFIG = "Kubeconfig"
 UNAVAILABLE = "Unavailable"
 PERMISSION_DENIED = "PermissionDenied"
+API_SERVER_UNREACHABLE = "ApiServerUnreachable"
 UNKNOWN = "Unknown"
 
-RETRYABLE = frozenset({UNAVAILABLE})
+RETRYABLE = frozenset({UNAVAILABLE, API_SERVER_UNREACHABLE})
 
 # gRPC code names as kubectl-ate prints them ("rpc error: code = AlreadyExists desc = ..."),
 # matched case-insensitively and with or without underscores (ALREADY_EXISTS).
@@ -123,15 +129,21 @@ _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"failed to load kubeconfig|context was not found|no configuration has been provided", re.IGNORECASE
         ),
     ),
+    # Every verb wraps a failure to build its client this way (cmd/kubectl-ate/internal/cmd/*.go), before any
+    # RPC: the Kubernetes lookups of internal/ateclient/builder.go (Service api, its pods, the port-forward, the
+    # ate-api-server Deployment, the ate-client token). Their "... not found" is about Substrate's install on
+    # this cluster, never about a policy: it must not read as NotFound.
+    (API_SERVER_UNREACHABLE, re.compile(r"failed to connect to ate-api-server", re.IGNORECASE)),
     (FAILED_PRECONDITION, re.compile(r"failed[\s_]*precondition|parent actor does not exist", re.IGNORECASE)),
     (ACTOR_NOT_FOUND, re.compile(r'actor "[^"]*" in atespace "[^"]*" not found', re.IGNORECASE)),
     (NOT_FOUND, re.compile(r"has no egress policy", re.IGNORECASE)),
 )
-# Used only when the output carries no gRPC code.
+# Used only when the output carries no gRPC code. NotFound is deliberately not among them: it is taken only
+# from "code = NotFound" or the two wordings above, so no other "not found" can make a read report a policy
+# absent or a delete report it gone.
 _FALLBACK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (ALREADY_EXISTS, re.compile(r"already[\s_]*exists", re.IGNORECASE)),
     (ABORTED, re.compile(r"\baborted\b", re.IGNORECASE)),
-    (NOT_FOUND, re.compile(r"not[\s_]*found", re.IGNORECASE)),
     (INVALID_ARGUMENT, re.compile(r"invalid[\s_]*argument", re.IGNORECASE)),
     (UNAVAILABLE, re.compile(r"unavailable|deadline[\s_]*exceeded|failed to connect", re.IGNORECASE)),
     (PERMISSION_DENIED, re.compile(r"permission[\s_]*denied|unauthenticated|forbidden", re.IGNORECASE)),
@@ -188,6 +200,14 @@ class KubeconfigError(EgressPolicyError):
     pass
 
 
+class ApiServerUnreachableError(EgressPolicyError):
+    """kubectl-ate found no Substrate API server through the kube context (wrong cluster, or no Substrate)."""
+
+
+class ClusterMovedError(EgressPolicyError):
+    """The kubeconfig file a shard recorded now names another cluster than the one its policies are on."""
+
+
 class UpdateConflictError(EgressPolicyError):
     pass
 
@@ -198,7 +218,7 @@ class KubectlAteCommandError(EgressPolicyError):
         self.kind = kind
 
 
-FATAL_ERRORS = (KubectlAteMissingError, VersionSkewError, KubeconfigError)
+FATAL_ERRORS = (KubectlAteMissingError, VersionSkewError, KubeconfigError, ApiServerUnreachableError)
 """Failures that every other actor of the shard would meet too: the shard stops at the first one."""
 
 
@@ -235,27 +255,6 @@ class Target:
         if self.kubeconfig_path:
             flags += ["--kubeconfig", self.kubeconfig_path]
         return flags
-
-
-@contextlib.contextmanager
-def kubeconfig_file(kubeconfig: str | None) -> Iterator[str | None]:
-    """The path to pass as ``--kubeconfig``: None (the ambient kubeconfig, as the Kubernetes provider
-    uses without the setting), the configured path, or a private temporary file holding the configured
-    contents, removed when the operation ends (``mkstemp`` creates it readable by this user only)."""
-    if not kubeconfig:
-        yield None
-        return
-    if not egress.kubeconfig_is_contents(kubeconfig):
-        yield os.path.expanduser(kubeconfig.strip())
-        return
-    descriptor, path = tempfile.mkstemp(prefix="agent-budgets-kubeconfig-", suffix=".yaml")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(kubeconfig)
-        yield path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
 
 
 def target_of(shard: ShardInputs, kubeconfig_path: str | None) -> Target:
@@ -315,10 +314,28 @@ class AteClient:
                 if attempt == RETRY_ATTEMPTS:
                     raise KubectlAteTimeoutError(f"{exc} ({RETRY_ATTEMPTS} attempts, each timed out)") from exc
             else:
+                if result.kind == API_SERVER_UNREACHABLE and attempt == RETRY_ATTEMPTS:
+                    raise ApiServerUnreachableError(self._unreachable_message(result))
                 if result.ok or result.kind not in RETRYABLE or attempt == RETRY_ATTEMPTS:
                     return result
             time.sleep(backoff_seconds(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unreachable_message(self, result: CliResult) -> str:
+        where = (
+            f"kubeconfig file {self.target.kubeconfig_path!r}"
+            if self.target.kubeconfig_path
+            else "the ambient kubeconfig ($KUBECONFIG or ~/.kube/config)"
+        )
+        said = _last_line(result.stderr) or _last_line(result.stdout)
+        return (
+            f"`{result.command}` failed {RETRY_ATTEMPTS} times: {said}. "
+            f"kubectl-ate found no Substrate API server through kube context {self.target.kube_context!r} from "
+            f"{where}: is Substrate installed on this cluster (Service api and Deployment ate-api-server-deployment "
+            "in namespace ate-system), and is it the cluster this stack's egress policies are on? Nothing was "
+            "read, changed or recorded as gone. Point agent-budgets:kubernetes.context (and kubernetes.kubeconfig) "
+            "at that cluster, or wait for Substrate to be back, then run the command again"
+        )
 
     def run_once(self, verb: str, *extra: str, stdin: str | None = None) -> CliResult:
         argv = self.argv(verb, *extra)
@@ -718,10 +735,56 @@ def _contains_unknown(value: Any) -> bool:
     return False
 
 
-def shard_outputs(shard: ShardInputs, live: Mapping[str, str], records: Mapping[str, Recorded]) -> dict[str, Any]:
-    """The outputs: the inputs, each actor's live fingerprint, and its recorded uid and version."""
+def resolved_cluster(shard: ShardInputs) -> str:
+    """The shard's cluster identity, with the server of a kubeconfig *file* read here: the program and the
+    provider run on the machine that holds the file (:func:`core.egress.cluster_identity`)."""
+    if shard.kubeconfig and not is_contents(shard.kubeconfig):
+        return egress.cluster_identity(shard.kubeconfig, shard.kube_context, read_kubeconfig_file(shard.kubeconfig))
+    return shard.cluster
+
+
+def shard_props(shard: ShardInputs, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The shard's properties with its resolved cluster identity. A file that cannot be read here keeps the
+    server ``previous`` recorded for the same path (a run on a machine without the file is no new cluster)."""
+    props = shard.to_props()
+    props["cluster"] = resolved_cluster(shard)
+    if previous is not None and egress.unresolved_path(props["cluster"]):
+        recorded = str(previous.get("cluster") or "")
+        if recorded.startswith("server:") and egress.target_change(previous, props) == "record":
+            props["cluster"] = recorded
+    return props
+
+
+def require_recorded_cluster(name: str, shard: ShardInputs, props: Mapping[str, Any]) -> None:
+    """Refuse to read or delete a shard's policies through a kubeconfig file that now names another cluster
+    than the one they were written to: the calls would reach the wrong cluster (a delete would find nothing
+    and leave every policy behind on the old one)."""
+    recorded = str(props.get("cluster") or "")
+    if not recorded.startswith("server:") or not shard.kubeconfig or is_contents(shard.kubeconfig):
+        return
+    now = resolved_cluster(shard)
+    if now.startswith("server:") and now != recorded:
+        path = shard.kubeconfig.strip()
+        raise ClusterMovedError(
+            f"{name}: its egress policies were written to the cluster at {recorded.removeprefix('server:')} "
+            f"through kubeconfig file {path!r}, which now names {now.removeprefix('server:')} for context "
+            f"{shard.kube_context!r}. Reading or deleting them through it would reach the wrong cluster. Restore "
+            f"a kubeconfig for the old cluster at {path!r} and point agent-budgets:kubernetes.kubeconfig at "
+            "another file for the new one: the next `pulumi up` deletes the old policies through the restored "
+            "file first, then creates them on the new cluster (`pulumi destroy` needs only the restored file). "
+            "If the old cluster is gone for good, remove this shard from the state (`pulumi state delete <its "
+            "URN>`) and run `pulumi up`"
+        )
+
+
+def shard_outputs(
+    shard: ShardInputs, live: Mapping[str, str], records: Mapping[str, Recorded], cluster: str
+) -> dict[str, Any]:
+    """The outputs: the inputs, the cluster identity, each actor's live fingerprint, and its recorded uid and
+    version."""
     return {
         **shard.to_props(),
+        "cluster": cluster,
         "actors": {ref: live.get(ref, egress.ABSENT) for ref in sorted(live)},
         "policies": {ref: {"uid": r.uid, "version": r.version} for ref, r in sorted(records.items())},
     }
@@ -740,7 +803,7 @@ class EgressShardProvider(dyn.ResourceProvider):
             return dyn.CheckResult(news, [])
         shard = ShardInputs.from_props(news)
         failures = [dyn.CheckFailure(p.field or "rules", p.message) for p in egress.shard_problems(shard)]
-        return dyn.CheckResult({**news, **shard.to_props()}, failures)
+        return dyn.CheckResult({**news, **shard_props(shard, _olds or None)}, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         unknown = [k for k, v in news.items() if k != PROVIDER_KEY and _contains_unknown(v)]
@@ -766,7 +829,8 @@ class EgressShardProvider(dyn.ResourceProvider):
         _report_adopted(shard, written)
         live = {ref: w.fingerprint for ref, w in written.items()}
         records = {ref: w.recorded for ref, w in written.items()}
-        return dyn.CreateResult(egress.shard_resource_name(shard.shard), shard_outputs(shard, live, records))
+        outputs = shard_outputs(shard, live, records, _cluster_of(props, shard))
+        return dyn.CreateResult(egress.shard_resource_name(shard.shard), outputs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         shard = _valid(news)
@@ -782,7 +846,7 @@ class EgressShardProvider(dyn.ResourceProvider):
         desired = shard.fingerprint()
         live = {ref: desired for ref in plan.keep} | {ref: w.fingerprint for ref, w in written.items()}
         records = dict(plan.keep) | {ref: w.recorded for ref, w in written.items()}
-        return dyn.UpdateResult(shard_outputs(shard, live, records))
+        return dyn.UpdateResult(shard_outputs(shard, live, records, _cluster_of(news, shard)))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         if not isinstance(props.get("actors"), Mapping) or not props.get("kube_context"):
@@ -792,19 +856,27 @@ class EgressShardProvider(dyn.ResourceProvider):
                 "shard adopts the policies that already exist"
             )
         shard = ShardInputs.from_props(props)
+        require_recorded_cluster(id_, shard, props)
         found = for_each_actor(shard, {ref: AteClient.get for ref in shard.actors}, "read their egress policies")
         live = {ref: egress.rules_fingerprint(p.get("rules") or []) if p else egress.ABSENT for ref, p in found.items()}
         records = {ref: recorded_of(p) for ref, p in found.items() if p is not None}
-        outputs = {**{k: v for k, v in props.items() if k != PROVIDER_KEY}, **shard_outputs(shard, live, records)}
-        return dyn.ReadResult(id_, outputs)
+        outputs = shard_outputs(shard, live, records, _cluster_of(props, shard))
+        return dyn.ReadResult(id_, {**{k: v for k, v in props.items() if k != PROVIDER_KEY}, **outputs})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         shard = ShardInputs.from_props(props)
+        require_recorded_cluster(_id, shard, props)
         # Only recorded policies: one found absent at the last refresh and there now was created by
         # someone else since, and is theirs.
         work = {ref: _remove(record) for ref, record in egress.recorded_policies(props).items()}
         outcomes = for_each_actor(shard, work, "delete their egress policies") if work else {}
         _report_left(shard, outcomes)
+
+
+def _cluster_of(props: Mapping[str, Any], shard: ShardInputs) -> str:
+    """The identity the checked inputs (or the recorded outputs) carry; derived when they carry none."""
+    cluster = props.get("cluster")
+    return cluster if isinstance(cluster, str) else resolved_cluster(shard)
 
 
 def _valid(props: Mapping[str, Any]) -> ShardInputs:
@@ -846,8 +918,8 @@ class EgressPolicyShard(dyn.Resource, name="EgressPolicyShard"):
     kube_context: pulumi.Output[str]
 
     def __init__(self, resource_name: str, shard: ShardInputs, opts: pulumi.ResourceOptions | None = None) -> None:
-        props: dict[str, Any] = shard.to_props()
-        if shard.kubeconfig and egress.kubeconfig_is_contents(shard.kubeconfig):
+        props: dict[str, Any] = shard_props(shard)
+        if shard.kubeconfig and is_contents(shard.kubeconfig):
             props["kubeconfig"] = pulumi.Output.secret(shard.kubeconfig)
         hidden = pulumi.ResourceOptions(hide_diffs=["policies"])
         super().__init__(EgressShardProvider(), resource_name, props, pulumi.ResourceOptions.merge(opts, hidden))
@@ -869,6 +941,21 @@ def _legacy_client(id_: str, props: Mapping[str, Any]) -> AteClient:
     return AteClient(target, inputs.atespace, inputs.actor)
 
 
+@contextlib.contextmanager
+def _ambient_kubeconfig_needed(client: AteClient) -> Iterator[None]:
+    """Say what the upgrade needs when a per-actor resource cannot use its kube context: these resources
+    never recorded a kubeconfig, so setting ``kubernetes.kubeconfig`` cannot help them."""
+    try:
+        yield
+    except KubeconfigError as exc:
+        raise KubeconfigError(
+            f"{exc}. This is a per-actor egress policy resource of a version before the shards: it never recorded "
+            "a kubeconfig, so its refresh and delete read the ambient one whatever kubernetes.kubeconfig says. "
+            f"For the upgrade `pulumi up`, export KUBECONFIG=<a kubeconfig file holding context "
+            f"{client.target.kube_context!r}> (docs/egress-policies.md, Upgrading from one resource per actor)"
+        ) from exc
+
+
 class ActorEgressPolicyProvider(dyn.ResourceProvider):
     """The provider of the per-actor ``egress-<atespace>.<name>`` resources that versions before the
     shards created. The program no longer registers them, so the engine only refreshes them (read) and,
@@ -885,7 +972,8 @@ class ActorEgressPolicyProvider(dyn.ResourceProvider):
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         client = _legacy_client(id_, props)
-        live = client.get()
+        with _ambient_kubeconfig_needed(client):
+            live = client.get()
         if live is None:
             return dyn.ReadResult("", {})
         record = recorded_of(live)
@@ -897,7 +985,8 @@ class ActorEgressPolicyProvider(dyn.ResourceProvider):
         client = _legacy_client(id_, props)
         uid, version = props.get("uid"), props.get("version")
         guard = Recorded(str(uid), "" if version is None else str(egress.as_int(version))) if uid else None
-        outcome, detail = remove_policy(client, guard, strict=True)
+        with _ambient_kubeconfig_needed(client):
+            outcome, detail = remove_policy(client, guard, strict=True)
         if outcome == LEFT:
             pulumi.log.info(
                 f"egress policy of actor {client.ref} left in place: {detail} (its shard adopted it, or "

@@ -23,11 +23,12 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any
 
-import yaml
+from core.kubeconfig import is_contents as kubeconfig_is_contents
+from core.kubeconfig import server_of
 
 # --- fixed values -------------------------------------------------------------------------------
 
@@ -811,55 +812,52 @@ def rules_fingerprint(rules: Any) -> str:
 # --- where kubectl ate points -------------------------------------------------------------------
 
 
-def kubeconfig_is_contents(kubeconfig: str) -> bool:
-    """Whether a ``kubernetes.kubeconfig`` value holds a kubeconfig document rather than a file path.
-
-    The Kubernetes provider takes either (pulumi-kubernetes ``loadKubeconfig``: an existing file, an
-    absolute path or one starting with "." is a path, anything else is contents). This decides from
-    the value alone, so that every machine running the stack decides alike: a document always spans
-    several lines (YAML) or is a JSON object; a path is one line.
-    """
-    stripped = kubeconfig.strip()
-    return "\n" in stripped or stripped.startswith("{")
-
-
-def cluster_identity(kubeconfig: str | None, kube_context: str) -> str:
+def cluster_identity(kubeconfig: str | None, kube_context: str, file_text: str | None = None) -> str:
     """What the egress policies' cluster is known by, besides the kube context name.
 
     ``""`` with no kubeconfig setting (kubectl reads ``$KUBECONFIG`` or ``~/.kube/config``, as the
-    Kubernetes provider does); ``path:<path>`` for a kubeconfig file; ``server:<url>`` for kubeconfig
-    contents, read from the context's cluster entry, so that new credentials for the same cluster are
-    not a new target (``contents:<digest>`` when the document does not say). A change of identity or
-    context replaces the shards, deleting the old policies first (see :data:`SHARD_TARGET_KEYS`).
+    Kubernetes provider does); ``server:<url>`` read from the context's cluster entry of the kubeconfig
+    contents, or of the file a path names (``file_text``, read by the caller where the program runs), so
+    that new credentials for the same cluster are not a new target and a file edited to name another
+    cluster is; ``path:<path>`` for a file that could not be read or does not say; ``contents:<digest>``
+    for contents that do not say. A change of identity or context replaces the shards, deleting the old
+    policies first (see :data:`SHARD_TARGET_KEYS` and :func:`target_change`).
     """
     if not kubeconfig:
         return ""
     if not kubeconfig_is_contents(kubeconfig):
-        return "path:" + kubeconfig.strip()
-    server = _server_of(kubeconfig, kube_context)
+        server = server_of(file_text, kube_context) if file_text is not None else ""
+        return "server:" + server if server else "path:" + kubeconfig.strip()
+    server = server_of(kubeconfig, kube_context)
     if server:
         return "server:" + server
     return "contents:" + hashlib.sha256(kubeconfig.encode()).hexdigest()[:16]
 
 
-def _server_of(contents: str, kube_context: str) -> str:
-    try:
-        document = yaml.safe_load(contents)
-    except yaml.YAMLError:
-        return ""
-    if not isinstance(document, Mapping):
-        return ""
+def unresolved_path(identity: str) -> bool:
+    """A path-valued kubeconfig whose cluster was not known when the identity was taken."""
+    return identity.startswith("path:")
 
-    def named(section: str, name: Any) -> Mapping[str, Any]:
-        for entry in document.get(section) or []:
-            if isinstance(entry, Mapping) and entry.get("name") == name:
-                body = entry.get(section[:-1])
-                return body if isinstance(body, Mapping) else {}
-        return {}
 
-    context = named("contexts", kube_context or document.get("current-context"))
-    server = named("clusters", context.get("cluster")).get("server")
-    return server if isinstance(server, str) else ""
+def target_change(olds: Mapping[str, Any], news: Mapping[str, Any]) -> str:
+    """How the recorded cluster identity moved: ``""`` (it did not), ``"replace"`` (another cluster: the
+    shard is replaced, deleting first) or ``"record"`` (the same kubeconfig file, whose server was unknown
+    on one side: recorded as the new identity without a replacement, e.g. a stack whose state predates
+    reading the file's server)."""
+    old, new = str(olds.get("cluster") or ""), str(news.get("cluster") or "")
+    if old == new:
+        return ""
+    same_file = _kubeconfig_path(olds) is not None and _kubeconfig_path(olds) == _kubeconfig_path(news)
+    if same_file and (unresolved_path(old) or unresolved_path(new)):
+        return "record"
+    return "replace"
+
+
+def _kubeconfig_path(props: Mapping[str, Any]) -> str | None:
+    value = props.get("kubeconfig")
+    if not isinstance(value, str) or not value.strip() or kubeconfig_is_contents(value):
+        return None
+    return value.strip()
 
 
 # --- shards: many actors' policies in one Pulumi resource -----------------------------------------
@@ -950,21 +948,9 @@ class ShardInputs:
         )
 
     def policy_inputs(self, actor_ref: str) -> PolicyInputs:
+        """One actor's inputs: the actor, and every shared setting :class:`PolicyInputs` has, copied by name."""
         atespace, name = actor_ref.split("/", 1) if "/" in actor_ref else ("", actor_ref)
-        return PolicyInputs(
-            atespace=atespace,
-            actor=name,
-            kube_context=self.kube_context,
-            substrate_ref=self.substrate_ref,
-            gateway_hostname=self.gateway_hostname,
-            gateway_port=self.gateway_port,
-            audiences=self.audiences,
-            expiration_seconds=self.expiration_seconds,
-            extra_hostnames=self.extra_hostnames,
-            provider_hosts=self.provider_hosts,
-            kubectl=self.kubectl,
-            timeout_seconds=self.timeout_seconds,
-        )
+        return PolicyInputs(atespace=atespace, actor=name, **{key: getattr(self, key) for key in _POLICY_SETTINGS})
 
     def desired_rules(self) -> list[Any]:
         """The normalised rules every actor of the shard gets."""
@@ -981,24 +967,19 @@ class ShardInputs:
         """The resource properties: settings, ``cluster``, the rules, and ``actors`` as a map from each
         actor to the fingerprint of the rules it asks for (how a preview names the actors it changes)."""
         fingerprint = self.fingerprint()
+        settings = {key: _setting(self, key) for key in SHARD_SETTING_KEYS}
         return {
             "shard": self.shard,
             "actors": {ref: fingerprint for ref in self.actors},
             "kube_context": self.kube_context,
-            "kubeconfig": self.kubeconfig,
             "cluster": self.cluster,
-            "substrate_ref": self.substrate_ref,
-            "gateway_hostname": self.gateway_hostname,
-            "gateway_port": self.gateway_port,
-            "audiences": list(self.audiences),
-            "expiration_seconds": self.expiration_seconds,
-            "extra_hostnames": list(self.extra_hostnames),
-            "provider_hosts": list(self.provider_hosts),
-            "kubectl": self.kubectl,
-            "timeout_seconds": self.timeout_seconds,
-            "concurrency": self.concurrency,
+            **settings,
             "rules": self.desired_rules(),
         }
+
+
+_POLICY_SETTINGS = tuple(f.name for f in fields(PolicyInputs) if f.name not in ("atespace", "actor"))
+"""The settings every actor's :class:`PolicyInputs` takes from its shard (by field name)."""
 
 
 def shard_problems(shard: ShardInputs) -> list[Problem]:
@@ -1036,22 +1017,12 @@ SHARD_TARGET_KEYS = ("kube_context", "cluster")
 policies first (with the old kubeconfig and context), so none is left behind on the old cluster. A new
 context may name the same cluster, so creating first would adopt the policies and the delete would
 then remove them."""
-SHARD_SETTING_KEYS = (
-    "kubeconfig",
-    "substrate_ref",
-    "gateway_hostname",
-    "gateway_port",
-    "audiences",
-    "expiration_seconds",
-    "extra_hostnames",
-    "provider_hosts",
-    "kubectl",
-    "timeout_seconds",
-    "concurrency",
-)
-"""Inputs that change no target. A change is an update: the rule settings rewrite the policies whose
-fingerprint moves; the others (kubectl path, timeout, Substrate ref, concurrency, kubeconfig
-credentials) write nothing but must reach the outputs, which are all that refresh and delete get."""
+SHARD_SETTING_KEYS = tuple(f.name for f in fields(ShardInputs) if f.name not in ("shard", "actors", *SHARD_TARGET_KEYS))
+"""Inputs that change no target: every field of :class:`ShardInputs` but the shard, its actors and the
+target, so a new field is compared by :func:`shard_diff` without being listed anywhere. A change is an
+update: the rule settings rewrite the policies whose fingerprint moves; the others (kubectl path, timeout,
+Substrate ref, concurrency, kubeconfig credentials) write nothing but must reach the outputs, which are all
+that refresh and delete get."""
 
 
 def live_fingerprints(outputs: Mapping[str, Any]) -> dict[str, str]:
@@ -1084,8 +1055,12 @@ def shard_diff(olds: Mapping[str, Any], news: Mapping[str, Any]) -> DiffDecision
     """Compare a shard's previous outputs with its new inputs: a new target replaces (old policies
     deleted first); any other setting, or an actor added, removed or out of step, is an update."""
     old, new = ShardInputs.from_props(olds), ShardInputs.from_props(news)
-    replaces = [k for k in SHARD_TARGET_KEYS if str(olds.get(k) or "") != str(getattr(new, k) or "")]
-    reasons = [*replaces, *(k for k in SHARD_SETTING_KEYS if _setting(old, k) != _setting(new, k))]
+    # The checked inputs carry the identity the provider resolved (a kubeconfig file's server); else derive it.
+    cluster = target_change(olds, {**news, "cluster": news.get("cluster", new.cluster)})
+    replaces = ["kube_context"] if str(olds.get("kube_context") or "") != new.kube_context else []
+    replaces += ["cluster"] if cluster == "replace" else []
+    reasons = [*replaces, *(["cluster"] if cluster == "record" else [])]
+    reasons += [k for k in SHARD_SETTING_KEYS if _setting(old, k) != _setting(new, k)]
     live, desired = live_fingerprints(olds), new.fingerprint()
     recorded = recorded_policies(olds)
     actors = sorted(

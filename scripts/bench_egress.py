@@ -33,28 +33,11 @@ sys.path.insert(0, str(ROOT))
 from components.egress_provider import EgressShardProvider  # noqa: E402
 from core import egress  # noqa: E402
 from core.egress import EgressPolicySettings, ShardInputs  # noqa: E402
-from tests.fake_ate import FakeAte, environ, make_fake  # noqa: E402
+from tests.fake_ate import FakeAte, environ, make_fake, wire  # noqa: E402
 
 HOST_WORKERS = 4  # pulumi/dynamic/__main__.py: ThreadPoolExecutor(max_workers=4)
 TARGET_LATENCY = 0.3  # the scale targets are set at this many seconds per kubectl ate call
 NEWCOMER = "agents/bench-newcomer"
-
-
-def wire(props: dict[str, Any]) -> dict[str, Any]:
-    """Props as the engine hands them to the provider: numbers as floats, the pickled provider alongside."""
-
-    def floats(value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return float(value)
-        if isinstance(value, dict):
-            return {k: floats(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [floats(v) for v in value]
-        return value
-
-    return {**floats(props), "__provider": "serialized"}
 
 
 @dataclass

@@ -120,6 +120,24 @@ def make_fake(directory: Path, *, python: str = sys.executable) -> FakeAte:
     return FakeAte(root, str(wrapper), kubeconfig)
 
 
+def wire(props: dict[str, Any]) -> dict[str, Any]:
+    """Props as Pulumi's engine hands them to a dynamic provider: numbers as floats (they travel as protobuf
+    ``Value``s), the pickled provider alongside under ``__provider``."""
+
+    def floats(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return float(value)
+        if isinstance(value, dict):
+            return {k: floats(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [floats(v) for v in value]
+        return value
+
+    return {**floats(props), "__provider": "serialized"}
+
+
 def environ(fake: FakeAte) -> dict[str, str]:
     """The environment a user's shell would have: the fake's state and an ambient kubeconfig."""
     return {"FAKE_ATE_STATE": str(fake.root), "KUBECONFIG": str(fake.kubeconfig), "HOME": os.environ.get("HOME", "")}

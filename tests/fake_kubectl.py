@@ -17,11 +17,16 @@ newest versions found, with update and delete; ``root.go`` @2e3e300; ``builder.g
   "has no egress policy" to stderr and exits 0; ``update`` and ``delete`` of a missing policy and all
   three of a missing actor answer with the wording of that file; create and update print the stored
   policy in the ``-o`` format, delete prints one line whatever ``-o`` says;
-* ``cmd/kubectl-ate/internal/printer/{egress_policy,printer}.go``: json and yaml print the bare policy
-  through protojson (int64 as strings, empty fields left out), table prints one row;
+* ``cmd/kubectl-ate/internal/printer/{egress_policy,printer}.go``: json prints the bare policy through
+  protojson (int64 as strings, empty fields left out), table prints one row; yaml is not emulated (it
+  prints a marker line, then the JSON): the provider always asks for json;
 * ``internal/ateclient/builder.go``: the kubeconfig is ``--kubeconfig`` (a path), else ``$KUBECONFIG``,
   else ``~/.kube/config`` (client-go loading rules), the context ``--context`` or the current one; a
   failure is "failed to connect to ate-api-server: failed to load kubeconfig: ..." in client-go's words;
+  then, before any RPC, the Kubernetes lookups of a Substrate install (Service ``api`` in ``ate-system``,
+  its pods, the ``ate-api-server-deployment`` Deployment, the ``ate-client`` token), each failure wrapped
+  as "failed to connect to ate-api-server: <builder.go's words>: <client-go's NotFound>" (knob
+  ``no_substrate``);
 * the ateapi store as the review of ``controlapi/egress_policy.go`` describes it: a uid per policy, a
   version that grows on every write (update included, even with the same rules), AlreadyExists on a
   second create, FailedPrecondition for a missing actor, Aborted for stale update preconditions or
@@ -62,6 +67,12 @@ Knobs (``knobs.json``):
     expiration_as_string    print expirationSeconds as "900" (default true, like protojson)
     log_calls               false: do not write calls.jsonl (the benchmark counts its own)
     track_in_flight         true: keep the highest number of runs in progress in in_flight.json
+    rendezvous              N: each run, once connected, waits until N runs are in progress at once (or
+                            ``rendezvous_timeout`` seconds, default 20, have passed), so a test can tell
+                            that N calls overlapped without relying on sleeps (needs track_in_flight)
+    no_substrate            {"<server>": "<step>"}: that cluster has no Substrate API server; the client
+                            fails at ``service`` (no Service api), ``pods`` (none behind it),
+                            ``deployment`` (no ate-api-server-deployment) or ``token`` (no ate-client)
 """
 
 from __future__ import annotations
@@ -540,13 +551,40 @@ def who(atespace: str, actor: str) -> str:
     return f'actor "{actor}" in atespace "{atespace}"'
 
 
+# builder.go's steps before the gRPC dial, each with the error it returns when the object is missing
+# (client-go's NotFound reads `<resource> "<name>" not found`), as every verb wraps it.
+SUBSTRATE_MISSING = {
+    "service": 'failed to get api service: services "api" not found',
+    "pods": "no ate-api-server pods found in ate-system namespace",
+    "deployment": ('failed to get ate-api-server deployment: deployments.apps "ate-api-server-deployment" not found'),
+    "token": 'failed to request ateapi bearer token: serviceaccounts "ate-client" not found',
+}
+
+
 def dial(flags: dict) -> Cluster:
-    """Connect (kubeconfig and context), then spend the call's latency outside the state lock."""
+    """Connect (kubeconfig, context, the Substrate install), then spend the call's latency outside the lock."""
     cluster = connect(flags)
-    seconds = load_knobs().get("sleep_seconds")
+    knobs = load_knobs()
+    step = knobs.get("no_substrate", {}).get(cluster.server)
+    if step:
+        raise CliError(f"failed to connect to ate-api-server: {SUBSTRATE_MISSING[step]}")
+    if knobs.get("rendezvous"):
+        meet(int(knobs["rendezvous"]), float(knobs.get("rendezvous_timeout", 20)))
+    seconds = knobs.get("sleep_seconds")
     if seconds:
         time.sleep(float(seconds))
     return cluster
+
+
+def meet(count: int, timeout: float) -> None:
+    """Wait until ``count`` runs have been in progress at once (in_flight.json's ``max``), or ``timeout``."""
+    path = os.path.join(root(), "in_flight.json")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with locked(), open(path, encoding="utf-8") as handle:
+            if json.load(handle)["max"] >= count:
+                return
+        time.sleep(0.01)
 
 
 class transaction:  # noqa: N801 - used like a function: `with transaction(verb) as knobs:`

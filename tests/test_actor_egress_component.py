@@ -150,10 +150,27 @@ def test_kubeconfig_contents_are_a_secret_input_and_name_the_cluster():
     assert inputs["cluster"] == "server:https://prod.example:6443"
 
 
-def test_a_kubeconfig_path_is_not_secret_and_is_the_identity():
-    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"], kubeconfig="~/.kube/prod"))
+def test_a_kubeconfig_path_is_not_secret_and_is_the_identity_when_the_file_is_not_here():
+    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"], kubeconfig="~/.kube/no-such-prod"))
     [(name, inputs)] = shards_of(mocks).items()
-    assert (inputs["kubeconfig"], inputs["cluster"]) == ("~/.kube/prod", "path:~/.kube/prod")
+    assert (inputs["kubeconfig"], inputs["cluster"]) == ("~/.kube/no-such-prod", "path:~/.kube/no-such-prod")
+    assert monitor.secret[name] == set()
+
+
+def test_a_kubeconfig_file_is_known_by_the_server_it_names(tmp_path):
+    """Read at program time, where the file is: editing it to name another cluster is a new cluster."""
+    path = tmp_path / "prod.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://prod.example:6443"}}],
+                "contexts": [{"name": "kind-dev", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    mocks, monitor = run_with_monitor(settings(actors=["agents/actor-a"], kubeconfig=str(path)))
+    [(name, inputs)] = shards_of(mocks).items()
+    assert (inputs["kubeconfig"], inputs["cluster"]) == (str(path), "server:https://prod.example:6443")
     assert monitor.secret[name] == set()
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import pytest
 
 from core import egress
@@ -570,6 +574,79 @@ def test_fingerprints_follow_the_normalised_rules():
     assert shard(audiences=("b", "a")).fingerprint() == shard(audiences=("a", "b")).fingerprint()
 
 
+# Computed once with the shard function as shipped (sha256 of the actor ref, its first 8 bytes big-endian,
+# modulo 64) and fixed here for good: a different hash, byte count or count moves every actor to another
+# shard in one `up`, the unordered hand-over docs/egress-policies.md ("Shards") rules out.
+PINNED_SHARDS = {
+    "agents/actor-a": 5,
+    "agents/actor-b": 54,
+    "agents/actor-c": 12,
+    "agents/probe-1": 47,
+    "team-x/agent-42": 47,
+    "a/b": 29,
+}
+
+
+def test_the_shard_function_is_pinned():
+    """Review 2, M2: SHARD_COUNT and the hash are fixed for good; these values must never change."""
+    assert egress.SHARD_COUNT == 64
+    assert {ref: egress.shard_of(ref) for ref in PINNED_SHARDS} == PINNED_SHARDS
+
+
+def test_the_readme_names_the_shard_the_example_actor_hashes_to():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    named = re.findall(r"`(agents/[a-z0-9-]+)`\s+hashes to \(here a new `egress-shard-(\d+)`", " ".join(readme.split()))
+    assert named, "README.md no longer names the shard an example actor hashes to: update this test"
+    for actor, number in named:
+        assert egress.shard_resource_name(egress.shard_of(actor)) == f"egress-shard-{number}"
+
+
+def test_the_shard_key_lists_are_the_dataclass_fields():
+    """Review 2, SHOULD-FIX 3: every input of a shard is either its identity (shard, actors), a target (a
+    change replaces) or a setting (a change is an update): none can be forgotten by `shard_diff`."""
+    names = {f.name for f in dataclasses.fields(ShardInputs)}
+    assert names - {"shard", "actors"} == (set(egress.SHARD_TARGET_KEYS) - {"cluster"}) | set(egress.SHARD_SETTING_KEYS)
+    assert not set(egress.SHARD_TARGET_KEYS) & set(egress.SHARD_SETTING_KEYS)
+    policy_settings = {f.name for f in dataclasses.fields(PolicyInputs)} - {"atespace", "actor"}
+    assert policy_settings <= names
+
+
+# A value unlike the default for every field of ShardInputs: the round trips below must carry each one.
+UNUSUAL = dict(
+    kube_context="kind-unusual",
+    substrate_ref="v9.9.9",
+    kubeconfig="/etc/unusual/kubeconfig",
+    gateway_hostname="gw.unusual.example",
+    gateway_port=8081,
+    audiences=("aud-1", "aud-2"),
+    expiration_seconds=1234,
+    extra_hostnames=("pypi.org",),
+    provider_hosts=("llm.unusual.example",),
+    kubectl="/opt/kubectl",
+    timeout_seconds=17,
+    concurrency=5,
+)
+
+
+def test_every_setting_reaches_the_shard_its_props_and_each_actors_inputs():
+    assert set(UNUSUAL) == {f.name for f in dataclasses.fields(ShardInputs)} - {"shard", "actors"}
+    settings = EgressPolicySettings(
+        actors=["agents/actor-a"], **{k: list(v) if isinstance(v, tuple) else v for k, v in UNUSUAL.items()}
+    )
+    (declared,) = settings.shards()
+    assert {key: getattr(declared, key) for key in UNUSUAL} == UNUSUAL
+    assert ShardInputs.from_props(declared.to_props()) == declared
+    actor = declared.policy_inputs("agents/actor-a")
+    assert {f.name: getattr(actor, f.name) for f in dataclasses.fields(PolicyInputs)} == {
+        "atespace": "agents",
+        "actor": "actor-a",
+        **{key: UNUSUAL[key] for key in (f.name for f in dataclasses.fields(PolicyInputs)) if key in UNUSUAL},
+    }
+    for key, value in UNUSUAL.items():  # each one alone is a change the diff sees
+        changed = egress.shard_diff(outputs(shard()), shard(**{key: value}).to_props())
+        assert key in changed.reasons or (key == "kubeconfig" and changed.replaces == ["cluster"]), key
+
+
 def test_shards_are_stable_and_spread():
     assert egress.shard_of("agents/actor-a") == egress.shard_of("agents/actor-a")
     assert {egress.shard_of(f"agents/a-{i}") for i in range(2000)} == set(range(egress.SHARD_COUNT))
@@ -610,6 +687,8 @@ current-context: prod
 def test_cluster_identity():
     assert egress.cluster_identity(None, "kind-test") == ""
     assert egress.cluster_identity("~/.kube/prod", "prod") == "path:~/.kube/prod"
+    assert egress.cluster_identity("~/.kube/prod", "prod", KUBECONFIG) == "server:https://prod.example:6443"
+    assert egress.cluster_identity("~/.kube/prod", "staging", KUBECONFIG) == "path:~/.kube/prod"
     assert egress.cluster_identity(KUBECONFIG, "prod") == "server:https://prod.example:6443"
     rotated = KUBECONFIG.replace("admin", "robot")
     assert egress.cluster_identity(rotated, "prod") == egress.cluster_identity(KUBECONFIG, "prod")
@@ -670,6 +749,22 @@ def test_a_new_target_replaces_deleting_first():
     assert egress.shard_diff(olds, rotated.to_props()).replaces == []
     moved = shard(kubeconfig=KUBECONFIG.replace("prod.example", "dr.example"), kube_context="prod")
     assert egress.shard_diff(olds, moved.to_props()).replaces == ["cluster"]
+
+
+def test_a_kubeconfig_file_whose_server_was_unknown_on_one_side_is_recorded_not_replaced():
+    """The provider resolves a file's server where it runs; a state taken without it (`path:`) learns it."""
+    path = "/etc/kubeconfig"
+    resolved = {**shard(kubeconfig=path).to_props(), "cluster": "server:https://prod.example:6443"}
+    legacy = outputs(shard(kubeconfig=path))
+    assert legacy["cluster"] == f"path:{path}"
+    assert egress.target_change(legacy, resolved) == "record"
+    decision = egress.shard_diff(legacy, resolved)
+    assert (decision.replaces, decision.reasons) == ([], ["cluster"])
+    moved = {**resolved, "cluster": "server:https://dr.example:6443"}
+    assert egress.target_change({**legacy, "cluster": resolved["cluster"]}, moved) == "replace"
+    other_file = {**shard(kubeconfig="/etc/other").to_props()}
+    assert egress.target_change(legacy, other_file) == "replace"
+    assert egress.target_change(legacy, {**legacy}) == ""
 
 
 def test_diff_names_the_actors_added_removed_or_drifted():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 from components import egress_provider as ep
 from core import egress
 from core.egress import EgressConfigError, ShardInputs
-from tests.fake_ate import OTHER, TEST, FakeAte, environ, kubeconfig_document, make_fake
+from tests.fake_ate import OTHER, TEST, FakeAte, environ, kubeconfig_document, make_fake, wire
 
 REPO = Path(__file__).resolve().parent.parent
 GW = egress.GATEWAY_HOSTNAME
@@ -42,6 +43,9 @@ def fake(tmp_path, monkeypatch) -> FakeAte:
         monkeypatch.setenv(key, value)
     fake.add_actors([A, B, C])
     return fake
+
+
+SHIPPED_RETRY_BASE_SECONDS = ep.RETRY_BASE_SECONDS  # before `no_backoff` zeroes it for each test
 
 
 @pytest.fixture(autouse=True)
@@ -69,23 +73,6 @@ def shard(fake: FakeAte, actors=(A,), **overrides) -> ShardInputs:
     settings = dict(kube_context="kind-test", substrate_ref="v1.0.0-rc.1", kubectl=fake.kubectl, timeout_seconds=10)
     settings.update(overrides)
     return ShardInputs(shard=egress.shard_of(actors[0]) if actors else 0, actors=tuple(sorted(actors)), **settings)
-
-
-def wire(props: dict[str, Any]) -> dict[str, Any]:
-    """Props as the engine hands them over: numbers as floats, the pickled provider alongside."""
-
-    def floats(value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return float(value)
-        if isinstance(value, dict):
-            return {k: floats(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [floats(v) for v in value]
-        return value
-
-    return {**floats(props), "__provider": "serialized"}
 
 
 class Engine:
@@ -374,6 +361,62 @@ def test_a_new_context_replaces_the_shard_deleting_the_old_policies_first(fake, 
     assert fake.policy(A, TEST) is None and fake.policy(A, OTHER) is not None
 
 
+def test_a_kubeconfig_file_is_known_by_the_server_it_names(fake, engine, tmp_path):
+    """Review 2, SHOULD-FIX 4: the identity of a path is read from the file where the program runs."""
+    configured = tmp_path / "kubeconfig-prod.json"
+    configured.write_text(json.dumps(kubeconfig_document({"kind-test": OTHER})))
+    fake.add_actors([A], server=OTHER)
+    engine.up(shard(fake, [A], kubeconfig=str(configured)))
+    assert engine.inputs["cluster"] == engine.outputs["cluster"] == f"server:{OTHER}"
+    document = kubeconfig_document({"kind-test": OTHER})
+    document["users"][0]["user"]["token"] = "rotated"
+    configured.write_text(json.dumps(document))
+    fake.clear_calls()
+    assert engine.up(shard(fake, [A], kubeconfig=str(configured))).changes is False  # same server: no change
+    configured.unlink()  # a machine without the file: the recorded server stands, no new cluster
+    assert engine.up(shard(fake, [A], kubeconfig=str(configured))).changes is False
+    assert fake.calls() == []
+
+
+def test_a_kubeconfig_file_edited_to_name_another_cluster_is_a_new_cluster(fake, engine, tmp_path):
+    """The file now names another server: the shard is replaced, and its delete refuses to reach the new
+    cluster with the old policies' records (they are on the old one); a file per cluster finishes the move."""
+    path = tmp_path / "kubeconfig.json"
+    path.write_text(json.dumps(kubeconfig_document({"kind-test": OTHER})))
+    fake.add_actors([A, B], server=OTHER)
+    engine.up(shard(fake, [A, B], kubeconfig=str(path)))
+    path.write_text(json.dumps(kubeconfig_document({"kind-test": TEST})))  # edited in place
+    fake.clear_calls()
+    with pytest.raises(ep.ClusterMovedError) as err:
+        engine.up(shard(fake, [A, B], kubeconfig=str(path)))
+    message = str(err.value)
+    assert f"written to the cluster at {OTHER} through kubeconfig file {str(path)!r}, which now names {TEST}" in message
+    assert "Restore a kubeconfig for the old cluster at" in message and "pulumi state delete" in message
+    assert fake.calls() == [] and set(fake.policies(OTHER)) == {A, B} and fake.policies(TEST) == {}
+    with pytest.raises(ep.ClusterMovedError):
+        engine.refresh()
+    path.write_text(json.dumps(kubeconfig_document({"kind-test": OTHER})))  # the old cluster's file, restored
+    new_path = tmp_path / "kubeconfig-new.json"
+    new_path.write_text(json.dumps(kubeconfig_document({"kind-test": TEST})))
+    decision = engine.up(shard(fake, [A, B], kubeconfig=str(new_path)))
+    assert (decision.replaces, decision.delete_before_replace) == (["cluster"], True)
+    assert fake.policies(OTHER) == {} and set(fake.policies(TEST)) == {A, B}
+    assert engine.outputs["cluster"] == f"server:{TEST}"
+
+
+def test_a_state_that_recorded_the_path_learns_the_server_without_a_replacement(fake, engine, tmp_path):
+    """Stacks whose shards recorded `path:<path>` (before the file's server was read): one update that runs no
+    process records the server; nothing is replaced."""
+    path = tmp_path / "kubeconfig.json"
+    path.write_text(json.dumps(kubeconfig_document({"kind-test": TEST})))
+    engine.up(shard(fake, [A], kubeconfig=str(path)))
+    engine.inputs["cluster"] = engine.outputs["cluster"] = f"path:{path}"  # as the earlier version recorded
+    fake.clear_calls()
+    decision = engine.up(shard(fake, [A], kubeconfig=str(path)))
+    assert (decision.changes, decision.replaces, decision.reasons) == (True, [], ["cluster"])
+    assert fake.calls() == [] and engine.outputs["cluster"] == f"server:{TEST}"
+
+
 def test_new_credentials_for_the_same_cluster_are_an_update_without_calls(fake, engine):
     document = kubeconfig_document({"kind-test": TEST})
     engine.up(shard(fake, [A], kubeconfig=json.dumps(document)))
@@ -430,11 +473,101 @@ def test_unavailable_is_retried_until_it_passes(fake, engine):
 
 
 def test_retries_stop_after_the_last_attempt_and_say_how_many(fake, provider):
-    fake.set(fail_always={"create": "Error: failed to connect to ate-api-server: failed to get api service"})
+    unavailable = "Error: failed to create egress policy: rpc error: code = Unavailable desc = connection refused"
+    fake.set(fail_always={"create": unavailable})
     with pytest.raises(ep.ShardError) as err:
         provider.create(wire(shard(fake, [A]).to_props()))
     assert f"failed after {ep.RETRY_ATTEMPTS} attempts (Unavailable)" in str(err.value)
     assert fake.verbs() == ["create"] * ep.RETRY_ATTEMPTS
+
+
+# --- review 2, M1: no Substrate API server on the cluster is never "no policy" -----------------------------
+
+
+@pytest.mark.parametrize("step", ["service", "pods", "deployment", "token"])
+def test_fake_without_substrate_fails_before_any_rpc_as_the_client_builder_does(fake, step):
+    fake.run("ate", "create", "egress-policy", "actor-a", "-a", "agents", "-f", "-", stdin=manifest())
+    fake.set(no_substrate={TEST: step})
+    result = fake.run("ate", "get", "egress-policy", "actor-a", "-a", "agents", "-o", "json")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith("Error: failed to connect to ate-api-server: ")
+    assert result.stderr.strip().endswith(("not found", "no ate-api-server pods found in ate-system namespace"))
+
+
+@pytest.mark.parametrize("step", ["service", "pods", "deployment", "token"])
+def test_refresh_without_substrate_fails_and_keeps_every_record(fake, engine, step):
+    """A context naming another cluster (or Substrate reinstalled): builder.go's "... not found" comes before
+    any RPC. Read as NotFound it recorded every actor absent and dropped its uid and version (review 2, M1)."""
+    engine.up(shard(fake, [A, B]))
+    before = dict(engine.outputs)
+    fake.set(no_substrate={TEST: step})
+    fake.clear_calls()
+    with pytest.raises(ep.ShardError) as err:
+        engine.refresh()
+    message = str(err.value)
+    assert "found no Substrate API server through kube context 'kind-test'" in message
+    assert f"failed {ep.RETRY_ATTEMPTS} times: Error: failed to connect to ate-api-server: " in message
+    assert "is Substrate installed on this cluster" in message and "Nothing was read, changed" in message
+    assert engine.outputs == before and set(engine.outputs["policies"]) == {A, B}
+    assert set(fake.verbs()) == {"get"} and len(fake.calls()) >= ep.RETRY_ATTEMPTS  # retried, then fatal
+
+
+@pytest.mark.parametrize("step", ["service", "token"])
+def test_destroy_and_removal_without_substrate_fail_and_delete_nothing(fake, engine, step):
+    engine.up(shard(fake, [A, B]))
+    fake.set(no_substrate={TEST: step})
+    with pytest.raises(ep.ShardError, match="found no Substrate API server"):
+        engine.up(shard(fake, [A]))  # B removed: its delete must not count as "gone"
+    with pytest.raises(ep.ShardError, match="found no Substrate API server"):
+        engine.destroy()
+    assert engine.outputs is not None and set(engine.outputs["policies"]) == {A, B}  # the state keeps them
+    assert set(fake.policies()) == {A, B}
+    fake.set(no_substrate={})  # Substrate back (or the right context): the same state finishes the job
+    engine.up(shard(fake, [A]))
+    engine.destroy()
+    assert fake.policies() == {}
+
+
+def test_legacy_resources_name_the_ambient_kubeconfig_the_upgrade_needs(fake, tmp_path, monkeypatch):
+    """Review 2, SHOULD-FIX 5: the per-actor resources never recorded a kubeconfig; on a runner whose ambient
+    kubeconfig lacks the context, the upgrade's delete says to export KUBECONFIG."""
+    fake.run("ate", "create", "egress-policy", "actor-a", "-a", "agents", "-f", "-", stdin=manifest())
+    outputs = legacy_outputs(fake, A)
+    elsewhere = tmp_path / "laptop-kubeconfig.json"
+    elsewhere.write_text(json.dumps(kubeconfig_document({"kind-laptop": OTHER}, "kind-laptop")))
+    monkeypatch.setenv("KUBECONFIG", str(elsewhere))
+    for call in (ep.ActorEgressPolicyProvider().delete, ep.ActorEgressPolicyProvider().read):
+        with pytest.raises(ep.KubeconfigError) as err:
+            call(A, outputs)
+        message = str(err.value)
+        assert "context was not found for specified context: kind-test" in message
+        assert "export KUBECONFIG=<a kubeconfig file holding context 'kind-test'>" in message
+    assert fake.policy(A) is not None
+
+
+def test_legacy_resources_without_substrate_fail_instead_of_vanishing(fake):
+    fake.run("ate", "create", "egress-policy", "actor-a", "-a", "agents", "-f", "-", stdin=manifest())
+    outputs = legacy_outputs(fake, A)
+    fake.set(no_substrate={TEST: "service"})
+    with pytest.raises(ep.ApiServerUnreachableError):
+        ep.ActorEgressPolicyProvider().read(A, outputs)
+    with pytest.raises(ep.ApiServerUnreachableError):
+        ep.ActorEgressPolicyProvider().delete(A, outputs)
+    assert fake.policy(A) is not None
+
+
+def test_a_not_found_without_a_grpc_code_is_not_a_missing_policy(fake, engine):
+    """Only "code = NotFound" and kubectl-ate's own wordings mean the policy (or actor) is gone."""
+    engine.up(shard(fake, [A, B]))
+    before = dict(engine.outputs)
+    fake.set(fail_next={"delete": ['Error: namespaces "ate-system" not found'], "get": ["Error: pods not found"]})
+    with pytest.raises(
+        ep.ShardError, match=r"1 of 1 actors failed(?s:.*)agents/actor-b: .* failed \(Unknown\): Error: namespaces"
+    ):
+        engine.up(shard(fake, [A]))
+    with pytest.raises(ep.ShardError, match=r"\(Unknown\): Error: pods not found"):
+        engine.refresh()
+    assert engine.outputs == before and fake.policy(B) is not None
 
 
 def test_a_timeout_is_retried_then_reported_with_the_command(fake, provider, monkeypatch):
@@ -451,6 +584,20 @@ def test_failures_that_cannot_pass_are_not_retried(fake, provider):
     with pytest.raises(ep.ShardError, match="context was not found for specified context: kind-nope"):
         provider.create(wire(shard(fake, [A, B], kube_context="kind-nope").to_props()))
     assert len(fake.calls()) <= 2  # one per actor at most, no retry (and the shard stops at the first)
+
+
+def test_the_documented_retry_figures_are_the_code_constants():
+    """docs/egress-policies.md restates the retry count and the longest wait before each retry."""
+    text = " ".join((REPO / "docs" / "egress-policies.md").read_text(encoding="utf-8").split())
+    match = re.search(
+        r"at most (\d+) runs \(`RETRY_ATTEMPTS`\), waiting a random time of up to (.+?) before each retry", text
+    )
+    assert match, "the retry sentence of docs/egress-policies.md changed: update this test"
+    base = SHIPPED_RETRY_BASE_SECONDS
+    waits = [min(ep.RETRY_CAP_SECONDS, base * 2 ** (n - 1)) for n in range(1, ep.RETRY_ATTEMPTS)]
+    shown = [f"{w:g} s" for w in waits]
+    assert int(match.group(1)) == ep.RETRY_ATTEMPTS
+    assert match.group(2) == ", ".join(shown[:-1]) + ", then " + shown[-1]
 
 
 def test_backoff_is_capped_exponential_with_full_jitter(monkeypatch):
@@ -670,9 +817,10 @@ def test_drift_found_by_refresh_names_the_actor_and_is_repaired(fake, engine):
 
 
 def test_concurrency_bounds_the_processes_in_flight(fake, engine):
+    """The fake holds each call until 3 are in progress at once: 3 overlap for sure, and never a 4th."""
     actors = [f"agents/actor-{i}" for i in range(9)]
     fake.add_actors(actors)
-    fake.set(track_in_flight=True, sleep_seconds=0.3)
+    fake.set(track_in_flight=True, rendezvous=3)
     engine.up(shard(fake, actors, concurrency=3))
     assert json.loads((fake.root / "in_flight.json").read_text())["max"] == 3
     assert len(fake.policies()) == 9
@@ -849,7 +997,19 @@ def test_diff_with_unknown_inputs(fake, engine, provider):
         ('Error: unknown command "ate" for "kubectl"', ep.PLUGIN_MISSING),
         ("rpc error: code = Unavailable desc = connection refused", ep.UNAVAILABLE),
         ("rpc error: code = DeadlineExceeded desc = x", ep.UNAVAILABLE),
-        ("failed to connect to ate-api-server: failed to get api service: timeout", ep.UNAVAILABLE),
+        ("failed to connect to ate-api-server: failed to get api service: timeout", ep.API_SERVER_UNREACHABLE),
+        (
+            'Error: failed to connect to ate-api-server: failed to get api service: services "api" not found',
+            ep.API_SERVER_UNREACHABLE,
+        ),
+        (
+            "Error: failed to connect to ate-api-server: failed to request ateapi bearer token: "
+            'serviceaccounts "ate-client" not found',
+            ep.API_SERVER_UNREACHABLE,
+        ),
+        ('Error: namespaces "ate-system" not found', ep.UNKNOWN),
+        ("EgressPolicy not found", ep.UNKNOWN),
+        ("rpc error: code = Unavailable desc = failed to connect to all addresses", ep.UNAVAILABLE),
         ("failed to connect to ate-api-server: failed to load kubeconfig: context was not found", ep.KUBECONFIG),
         ("rpc error: code = Unauthenticated desc = x", ep.PERMISSION_DENIED),
         ("Error: unknown flag: --context", ep.UNKNOWN_FLAG),
