@@ -42,9 +42,10 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_program.py
 
 # The spend report of a stack (docs/spend.md): `make spend STACK=prod ARGS='--over 80'`. Quiet, so that
-# `make -s spend ARGS=--json` prints nothing but the report.
-STACK ?= dev
-ARGS ?=
+# `make -s spend ARGS=--json` prints nothing but the report. Plain `=`, not `?=`: a STACK or ARGS variable
+# left in the shell's environment must not pick the stack; only the make command line does.
+STACK = dev
+ARGS =
 spend: $(STAMP)
 	@$(BIN)/python -m tools.spend --stack $(STACK) $(ARGS)
 

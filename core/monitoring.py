@@ -40,6 +40,11 @@ from core.spend import format_amount
 PROMETHEUS_RULE_NAME = "agent-budgets"
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1"
 ALERT_GROUP = "agent-budgets"
+# The names and the `domain`/`key1` labels come from Envoy Gateway's statsd mapping
+# (internal/infrastructure/kubernetes/ratelimit/statsd_conf.yaml), checked at v1.9.0, the version the program is
+# validated against. Our rules' descriptors are 3 to 34 levels deep: only the regex mappings ending in
+# `(\..*)?\.near_limit` / `over_limit` map them, and those exist from Envoy Gateway v1.3.0 on; v1.2 and older
+# had only the two-level globs, which would drop these stats and leave both alerts silent.
 NEAR_LIMIT_METRIC = "ratelimit_service_rate_limit_near_limit"
 OVER_LIMIT_METRIC = "ratelimit_service_rate_limit_over_limit"
 NEAR_LIMIT_ALERT = "AgentBudgetNearLimit"

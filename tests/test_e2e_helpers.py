@@ -1053,7 +1053,10 @@ def test_port_forward_starts_restarts_and_stops():
         made[0].alive = False  # kubectl exited (its pod went away)
         assert forward.port == 5001
     assert made[1].terminated and forward.process is None
-    assert forward.argv[-4:] == ["--address", "127.0.0.1", "service/atenet-router", ":80"]
+    assert forward.command == [
+        "kubectl", "--context", "ctx", "-n", "ate-system", "port-forward", "--address", "127.0.0.1",
+        "service/atenet-router", ":80",
+    ]  # fmt: skip
 
     failing = PortForward(
         "ctx", "ns", "service/x", 80, popen=lambda argv, **kw: FakeProcess(["error: no pods\n"]), timeout=1

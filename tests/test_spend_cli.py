@@ -89,6 +89,7 @@ class FakeCluster:
 def cluster(tmp_path, redis_db, monkeypatch):
     fake = FakeCluster(tmp_path, redis_db.port, redis_db.password)
     monkeypatch.setenv("FAKE_KUBECTL_SPEND", str(fake.state))
+    monkeypatch.delenv("KUBECONFIG", raising=False)  # the fake's default kubeconfig is its state's contexts
     return fake
 
 
@@ -392,6 +393,8 @@ def test_help_explains_every_option():
         "--fail-over",
         "--password-env",
         "--kubectl",
+        "--kubeconfig",
+        "--sentinel-password-env",
         "--timeout",
     ):
         assert option in done.stdout
@@ -450,3 +453,200 @@ def test_sigterm_while_reading_stops_the_port_forward(tmp_path, cluster):
     assert "spend: stopped by signal 15" in err
     assert {call["pid"] for call in cluster.port_forwards()} <= waited_for_stop(cluster)
     assert cluster.port_forwards()
+
+
+# --- review 2, M3 and SHOULD-FIX 1-2: the stack's kubeconfig as a path, as contents, or as a secret ----------
+
+
+def kubeconfig_text(context: str = CONTEXT, as_json: bool = False) -> str:
+    """A kubeconfig naming `context` (YAML over several lines, or single-line JSON)."""
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kind", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "admin", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": context, "context": {"cluster": "kind", "user": "admin"}}],
+        "current-context": context,
+    }
+    return json.dumps(document) if as_json else yaml.safe_dump(document)
+
+
+def kubectl_calls(cluster: FakeCluster) -> list[dict]:
+    return cluster.read().get("calls", [])
+
+
+def test_fake_kubectl_refuses_a_kubeconfig_file_that_does_not_exist(tmp_path, cluster):
+    """As client-go's loading rules do: an explicit --kubeconfig must exist, before anything else is looked at."""
+    missing = tmp_path / "nope.yaml"
+    done = subprocess.run(
+        [str(cluster.kubectl), "--kubeconfig", str(missing), "--context", CONTEXT, "-n", "x", "get", "secret", "y",
+         "-o", "jsonpath={.data.z}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"error: stat {missing}: no such file or directory\n"
+
+
+def test_a_kubeconfig_path_in_the_stack_reaches_both_kubectl_calls(tmp_path, redis_db, cluster):
+    path = tmp_path / "kubeconfig-dev.yaml"
+    path.write_text(kubeconfig_text(), encoding="utf-8")
+    cluster.write({**cluster.read(), "contexts": []})  # only the file knows the context
+    project = write_project(
+        tmp_path, {"dev": in_cluster_config(kubernetes={"context": CONTEXT, "kubeconfig": str(path)})}
+    )
+    seed(redis_db)
+    status, out, err = spend_run(project, "--json", kubectl=cluster.kubectl)
+    assert (status, err) == (0, "")
+    assert json.loads(out)["rows"][0]["spent"] == 450
+    calls = kubectl_calls(cluster)
+    assert [call["argv"][:4] for call in calls] == [["--kubeconfig", str(path), "--context", CONTEXT]] * 2
+    assert {call["argv"][6] for call in calls} == {"get", "port-forward"}
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["yaml-lines", "single-line-json"])
+def test_kubeconfig_contents_go_to_a_private_file_removed_afterwards(tmp_path, redis_db, cluster, as_json):
+    """Contents are recognised as the egress provider recognises them (core/kubeconfig.py), single-line JSON
+    included, and handed to kubectl as a file readable by this user only, removed when the report ends."""
+    contents = kubeconfig_text(as_json=as_json)
+    assert (len(contents.strip().splitlines()) == 1) is as_json
+    cluster.write({**cluster.read(), "contexts": []})
+    project = write_project(
+        tmp_path, {"dev": in_cluster_config(kubernetes={"context": CONTEXT, "kubeconfig": contents})}
+    )
+    seed(redis_db)
+    status, _, err = spend_run(project, "--json", kubectl=cluster.kubectl)
+    assert (status, err) == (0, "")
+    calls = kubectl_calls(cluster)
+    assert len(calls) == 2 and len({call["kubeconfig"] for call in calls}) == 1
+    for call in calls:
+        assert call["argv"][:2] == ["--kubeconfig", call["kubeconfig"]]
+        assert (call["kubeconfig_mode"], call["kubeconfig_text"]) == (0o600, contents)
+    assert not Path(calls[0]["kubeconfig"]).exists()
+
+
+def secret_kubeconfig_project(tmp_path: Path) -> Path:
+    kubernetes = {"context": CONTEXT, "kubeconfig": {"secure": "v1:c2VjcmV0LWt1YmVjb25maWc="}}
+    return write_project(tmp_path, {"dev": in_cluster_config(kubernetes=kubernetes)})
+
+
+def test_a_secret_kubeconfig_without_a_way_to_read_it_is_an_input_error_naming_the_fix(tmp_path, cluster):
+    project = secret_kubeconfig_project(tmp_path)
+    status, out, err = spend_run(project, kubectl=cluster.kubectl)
+    assert (status, out) == (cli.EXIT_INPUT, "")
+    assert err == (
+        "spend: agent-budgets:kubernetes.kubeconfig is a secret in Pulumi.dev.yaml, which this report cannot decrypt "
+        "(it reads the stack file, not the Pulumi backend): pass --kubeconfig PATH to a kubeconfig file holding "
+        f"context {CONTEXT!r}, or export KUBECONFIG=PATH\n"
+    )
+    assert kubectl_calls(cluster) == []  # never `--kubeconfig '<secret>'`
+
+
+def test_a_secret_kubeconfig_with_the_kubeconfig_option(tmp_path, redis_db, cluster):
+    path = tmp_path / "mine.yaml"
+    path.write_text(kubeconfig_text(), encoding="utf-8")
+    cluster.write({**cluster.read(), "contexts": []})
+    project = secret_kubeconfig_project(tmp_path)
+    seed(redis_db)
+    status, out, err = spend_run(project, "--json", "--kubeconfig", str(path), kubectl=cluster.kubectl)
+    assert (status, err) == (0, "")
+    assert [row["spent"] for row in json.loads(out)["rows"]] == [450, 1000, 0]
+    assert [call["argv"][:2] for call in kubectl_calls(cluster)] == [["--kubeconfig", str(path)]] * 2
+    status, _, err = spend_run(project, "--kubeconfig", str(tmp_path / "typo.yaml"), kubectl=cluster.kubectl)
+    assert (status, err) == (cli.EXIT_INPUT, f"spend: --kubeconfig {tmp_path / 'typo.yaml'}: no such file. "
+                                             "Give the path of a kubeconfig file\n")  # fmt: skip
+
+
+def test_a_secret_kubeconfig_falls_back_to_the_kubeconfig_environment_variable(
+    tmp_path, redis_db, cluster, monkeypatch
+):
+    path = tmp_path / "ambient.yaml"
+    path.write_text(kubeconfig_text(), encoding="utf-8")
+    cluster.write({**cluster.read(), "contexts": []})
+    monkeypatch.setenv("KUBECONFIG", str(path))  # what kubectl itself reads
+    project = secret_kubeconfig_project(tmp_path)
+    seed(redis_db)
+    status, _, err = spend_run(project, kubectl=cluster.kubectl, environ={"KUBECONFIG": str(path)})
+    assert (status, err) == (0, "")
+    assert [call["argv"][:2] for call in kubectl_calls(cluster)] == [["--context", CONTEXT]] * 2
+
+
+def test_a_kubeconfig_path_missing_on_this_machine_is_reported_with_the_fix(tmp_path, cluster):
+    missing = tmp_path / "ci-only" / "kubeconfig"
+    project = write_project(
+        tmp_path, {"dev": in_cluster_config(kubernetes={"context": CONTEXT, "kubeconfig": str(missing)})}
+    )
+    status, _, err = spend_run(project, kubectl=cluster.kubectl)
+    assert status == cli.EXIT_READ
+    assert f"error: stat {missing}: no such file or directory" in err
+    assert f"pass --kubeconfig PATH to a kubeconfig holding context {CONTEXT!r}" in err
+
+
+# --- review 2, M4: the stack's redis.tlsCaCertificate and redis.sentinelPasswordConfig --------------------
+
+
+def test_external_redis_behind_a_private_ca(tmp_path, redis_db):
+    from tests.support.tls_proxy import issue_server_certificate, tls_terminator
+
+    certificate = issue_server_certificate("localhost")
+    seed(redis_db)
+    environ = {"AGENT_BUDGETS_REDIS_PASSWORD": redis_db.password}
+    with tls_terminator(redis_db.port, certificate) as tls_port:
+        trusted = external_config(tls_port)
+        trusted["redis"].update(tls=True, tlsCaCertificate=certificate.ca_pem)
+        untrusted = external_config(tls_port)
+        untrusted["redis"].update(tls=True)
+        project = write_project(tmp_path, {"prod": trusted, "other": untrusted})
+        status, out, err = spend_run(project, "--stack", "prod", "--json", environ=environ)
+        assert (status, err) == (0, "")
+        assert [row["spent"] for row in json.loads(out)["rows"]] == [450, 1000, 0]
+        status, _, err = spend_run(project, "--stack", "other", "--timeout", "5", environ=environ)
+    assert status == cli.EXIT_READ
+    assert "certificate verify failed" in err and "is its certificate trusted?" in err
+
+
+def test_external_sentinels_with_their_own_password(tmp_path, redis_db):
+    from tests.support.redis_server import local_sentinel
+
+    seed(redis_db)
+    with local_sentinel(redis_db, "budgets", password="sentinel-secret") as sentinel_port:
+        config = external_config(0)
+        config["redis"] = {
+            "mode": "external",
+            "type": "sentinel",
+            "url": f"budgets,localhost:{sentinel_port}",
+            "sentinelPasswordConfig": "redisSentinelPassword",
+        }
+        config["redisSentinelPassword"] = {"secure": "v1:AAAADDDD"}
+        project = write_project(tmp_path, {"prod": config})
+        both = {"AGENT_BUDGETS_REDIS_PASSWORD": redis_db.password, "SENTINELS": "sentinel-secret"}
+        status, out, err = spend_run(
+            project, "--stack", "prod", "--json", "--sentinel-password-env", "SENTINELS", environ=both
+        )
+        assert (status, err) == (0, "")
+        assert [row["spent"] for row in json.loads(out)["rows"]] == [450, 1000, 0]
+        status, _, err = spend_run(
+            project, "--stack", "prod", environ={"AGENT_BUDGETS_REDIS_PASSWORD": redis_db.password}
+        )
+    assert status == cli.EXIT_READ
+    assert f"the Sentinels at localhost:{sentinel_port} refused the login" in err
+    unset = (
+        "AGENT_BUDGETS_REDIS_SENTINEL_PASSWORD (not set: export it, or name another one with --sentinel-password-env)"
+    )
+    assert f"environment variable {unset}" in err
+    assert "AGENT_BUDGETS_REDIS_PASSWORD" not in err
+
+
+def test_make_spend_takes_the_stack_from_its_command_line_only(tmp_path):
+    """Review 2 nit: a STACK variable in the caller's environment must not choose the stack."""
+
+    def planned(*args: str, env: dict[str, str]) -> str:
+        done = subprocess.run(
+            ["make", "-n", "-s", "spend", f"STAMP={tmp_path / 'stamp'}", *args],
+            cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, **env},
+        )  # fmt: skip
+        return done.stdout
+
+    (tmp_path / "stamp").touch()
+    assert "-m tools.spend --stack dev" in planned(env={"STACK": "prod", "ARGS": "--json"})
+    assert "--json" not in planned(env={"STACK": "prod", "ARGS": "--json"})
+    assert "-m tools.spend --stack prod --over 80" in planned("STACK=prod", "ARGS=--over 80", env={"STACK": "dev"})

@@ -215,7 +215,7 @@ def _read_through(endpoint: RedisEndpoint, keys: list[str]) -> dict[str, bytes |
         return store.read(keys)
 
 
-def test_a_redis_cluster_is_read_node_by_node():
+def test_a_redis_cluster_is_read_node_by_node(redis_binaries_present):
     """redis.type: cluster: keys of different hash slots, read with the cluster protocol (one-node cluster)."""
     from tests.support.redis_server import local_cluster
 
@@ -264,3 +264,66 @@ def test_the_test_server_moves_to_another_port_when_its_port_was_taken(redis_ser
         ports = iter([taken, free_port()])
         with local_redis("p", choose_port=lambda: next(ports)) as server:
             assert server.port != taken and server.client().ping()
+
+
+def test_sentinels_with_their_own_password_are_logged_in_to_with_it(redis_db):
+    """redis.sentinelPasswordConfig (envoy-ratelimit's REDIS_SENTINEL_AUTH): the Sentinels' password is sent to
+    the Sentinels only, and a refusal by the Sentinels is named as theirs, not blamed on the Redis password."""
+    from tests.support.redis_server import local_sentinel
+
+    charge(redis_db.client(), RECORDED_KEY, 77, 86_400)
+    with local_sentinel(redis_db, "budgets", password="sentinel-secret") as sentinel_port:
+
+        def endpoint(**sentinel: object) -> RedisEndpoint:
+            return RedisEndpoint.from_url(
+                "sentinel",
+                f"budgets,127.0.0.1:{sentinel_port}",
+                where="test sentinel",
+                password=redis_db.password,
+                password_source="the Redis password variable",
+                sentinel_password_source="the sentinel variable",
+                timeout=2,
+                **{"sentinel_auth": True, **sentinel},
+            )
+
+        assert _read_through(endpoint(sentinel_password="sentinel-secret"), [RECORDED_KEY]) == {RECORDED_KEY: b"77"}
+        cases = (
+            ({"sentinel_password": None}, "they need their own password: the sentinel variable"),
+            ({"sentinel_password": "wrong"}, "check the Sentinels' password (from the sentinel variable)"),
+            ({"sentinel_auth": False}, "they need a password of their own: set redis.sentinelPasswordConfig"),
+        )
+        for sentinel, fix in cases:
+            with pytest.raises(CounterReadError) as refused, connect(endpoint(**sentinel)):
+                pass
+            message = str(refused.value)
+            assert refused.value.reason == "auth"
+            assert f"test sentinel: the Sentinels at 127.0.0.1:{sentinel_port} refused the login" in message
+            assert fix in message and "Redis password variable" not in message
+    assert "AuthenticationError" in message
+
+
+def test_a_private_ca_is_trusted_besides_the_system_roots(redis_db):
+    """redis.tlsCaCertificate: the server certificate is signed by a private CA (envoy-ratelimit's REDIS_TLS_CACERT)."""
+    from tests.support.tls_proxy import issue_server_certificate, tls_terminator
+
+    charge(redis_db.client(), RECORDED_KEY, 5, 86_400)
+    certificate = issue_server_certificate("localhost")
+    with tls_terminator(redis_db.port, certificate) as tls_port:
+
+        def endpoint(ca_pem: str | None, host: str = "localhost") -> RedisEndpoint:
+            return RedisEndpoint(
+                "single", ((host, tls_port),), "test TLS Redis", tls=True, ca_pem=ca_pem, password=redis_db.password
+            )
+
+        assert _read_through(endpoint(certificate.ca_pem), [RECORDED_KEY]) == {RECORDED_KEY: b"5"}
+        with pytest.raises(CounterReadError) as untrusted, connect(endpoint(None)):
+            pass
+        other_ca = issue_server_certificate("localhost", ca_name="another CA").ca_pem
+        with pytest.raises(CounterReadError) as wrong_ca, connect(endpoint(other_ca)):
+            pass
+        with pytest.raises(CounterReadError) as wrong_name, connect(endpoint(certificate.ca_pem, host="127.0.0.1")):
+            pass
+    for refused in (untrusted, wrong_ca, wrong_name):
+        assert refused.value.reason == "unreachable"
+        assert "TLS is on: is the server speaking TLS, and is its certificate trusted?" in str(refused.value)
+    assert "certificate verify failed" in str(untrusted.value)

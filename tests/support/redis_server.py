@@ -206,8 +206,11 @@ def local_cluster(password: str, timeout: float = 20.0) -> Iterator[LocalRedis]:
 
 
 @contextmanager
-def local_sentinel(master: LocalRedis, master_name: str, timeout: float = 20.0) -> Iterator[int]:
-    """A Redis Sentinel (no password of its own) watching `master`; yields the sentinel's port."""
+def local_sentinel(
+    master: LocalRedis, master_name: str, timeout: float = 20.0, password: str | None = None
+) -> Iterator[int]:
+    """A Redis Sentinel watching `master`, with a password of its own when `password` is given (`requirepass`
+    in sentinel mode, Redis 5.0.1 and later); yields the sentinel's port."""
     folder = Path(tempfile.mkdtemp(prefix="agent-budgets-sentinel-"))
     port = free_port()
     config = folder / "sentinel.conf"
@@ -219,6 +222,7 @@ def local_sentinel(master: LocalRedis, master_name: str, timeout: float = 20.0) 
                 f"dir {folder}",
                 f"sentinel monitor {master_name} 127.0.0.1 {master.port} 1",
                 f'sentinel auth-pass {master_name} "{master.password}"',
+                *([f'requirepass "{password}"'] if password else []),
                 "",
             ]
         ),
@@ -234,7 +238,9 @@ def local_sentinel(master: LocalRedis, master_name: str, timeout: float = 20.0) 
             if process.poll() is not None:
                 raise RuntimeError(f"redis-server --sentinel exited with status {process.returncode}")
             try:
-                state = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).sentinel_master(master_name)
+                probe = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=1)
+                state = probe.sentinel_master(master_name)
+                probe.close()
                 if state.get("is_master") and not state.get("is_sdown") and not state.get("is_odown"):
                     break
             except redis.RedisError:

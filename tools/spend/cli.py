@@ -23,13 +23,15 @@ from typing import TextIO
 from core import spend
 from core.manifests import BUDGET_POLICY_NAME
 from core.platform_values import PASSWORD_KEY, REDIS_AUTH_SECRET, REDIS_NAME, REDIS_PORT
-from core.settings import ConfigError, StackSettings
-from tools.spend.kube import Kubectl, KubeError, TerminatedError, kubeconfig_file, port_forward
-from tools.spend.stack import StackError, find_project_dir, load_stack
+from core.settings import SECRET_PLACEHOLDER, ConfigError, StackSettings
+from tools.kubeconfig import expand_path, kubeconfig_file
+from tools.spend.kube import Kubectl, KubeError, TerminatedError, port_forward
+from tools.spend.stack import StackConfig, StackError, find_project_dir, load_stack
 from tools.spend.store import CounterReadError, CounterStore, RedisEndpoint, connect, split_auth
 
 EXIT_OK, EXIT_OVER, EXIT_INPUT, EXIT_READ = 0, 1, 2, 3
 PASSWORD_ENV = "AGENT_BUDGETS_REDIS_PASSWORD"
+SENTINEL_PASSWORD_ENV = "AGENT_BUDGETS_REDIS_SENTINEL_PASSWORD"
 
 DESCRIPTION = """\
 Who spent what, who is near the limit, and when each window resets: one line per actor and limit,
@@ -132,7 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
         "user (default: %(default)s)",
     )
     parser.add_argument(
+        "--sentinel-password-env",
+        metavar="NAME",
+        default=SENTINEL_PASSWORD_ENV,
+        help="external Redis with redis.sentinelPasswordConfig only: the environment variable holding the "
+        "Sentinels' own password, or user:password (default: %(default)s)",
+    )
+    parser.add_argument(
         "--kubectl", metavar="PATH", default="kubectl", help="in-cluster Redis only: the kubectl binary to use"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="in-cluster Redis only: the kubeconfig file holding kubernetes.context, instead of the stack's "
+        "kubernetes.kubeconfig (needed when that is a secret, which this report does not decrypt, unless "
+        "$KUBECONFIG holds the context)",
     )
     parser.add_argument(
         "--timeout",
@@ -162,31 +178,76 @@ def resolve_actor(settings: StackSettings, actor: str) -> str:
     )
 
 
+def kubeconfig_setting(
+    stack: StackConfig, settings: StackSettings, args: argparse.Namespace, environ: dict[str, str]
+) -> str | None:
+    """The kubeconfig value to hand kubectl (a path or contents; None: kubectl's own default).
+
+    `--kubeconfig` wins. A `kubernetes.kubeconfig` stored as a secret cannot be read without the Pulumi CLI: then
+    `$KUBECONFIG` is used when set, else the user is told how to fix it (InputError).
+    """
+    if args.kubeconfig:
+        path = expand_path(args.kubeconfig)
+        if not os.path.isfile(path):
+            raise InputError(f"--kubeconfig {args.kubeconfig}: no such file. Give the path of a kubeconfig file")
+        return path
+    configured = settings.kubernetes.kubeconfig
+    if configured == SECRET_PLACEHOLDER and stack.secret_state("kubernetes")[1]:
+        if environ.get("KUBECONFIG"):
+            return None  # kubectl reads $KUBECONFIG itself
+        raise InputError(
+            f"agent-budgets:kubernetes.kubeconfig is a secret in {stack.path.name}, which this report cannot "
+            f"decrypt (it reads the stack file, not the Pulumi backend): pass --kubeconfig PATH to a kubeconfig "
+            f"file holding context {settings.kubernetes.context!r}, or export KUBECONFIG=PATH"
+        )
+    return configured
+
+
+def secret_from_env(environ: dict[str, str], name: str, option: str) -> tuple[str | None, str | None, str]:
+    """(user, password, where it came from) of a secret read from environment variable `name`."""
+    secret = environ.get(name)
+    username, password = split_auth(secret)
+    source = f"environment variable {name}"
+    if secret is None:
+        source += f" (not set: export it, or name another one with {option})"
+    return username, password, source
+
+
 @contextmanager
-def open_counters(settings: StackSettings, args: argparse.Namespace, environ: dict[str, str]) -> Iterator[CounterStore]:
+def open_counters(
+    settings: StackSettings, args: argparse.Namespace, environ: dict[str, str], kubeconfig_value: str | None
+) -> Iterator[CounterStore]:
     """A connection to the stack's Redis: through a port-forward in-cluster, directly when external."""
     redis = settings.redis
     if redis.mode == "external":
         assert redis.url is not None  # validated
-        secret = environ.get(args.password_env)
-        username, password = split_auth(secret)
-        source = f"environment variable {args.password_env}"
-        if secret is None:
-            source += " (not set: export it, or name another one with --password-env)"
+        username, password, source = secret_from_env(environ, args.password_env, "--password-env")
+        sentinel_auth = redis.type == "sentinel" and bool(redis.sentinel_password_config)
+        sentinel_username, sentinel_password, sentinel_source = (
+            secret_from_env(environ, args.sentinel_password_env, "--sentinel-password-env")
+            if sentinel_auth
+            else (None, None, "")
+        )
+        private_ca = " and the CA of redis.tlsCaCertificate" if redis.tls and redis.tls_ca_certificate else ""
         endpoint = RedisEndpoint.from_url(
             redis.type,
             redis.url,
-            where=f"external Redis {redis.url} ({redis.type}{', TLS' if redis.tls else ''})",
+            where=f"external Redis {redis.url} ({redis.type}{', TLS' + private_ca if redis.tls else ''})",
             tls=redis.tls,
+            ca_pem=redis.tls_ca_certificate if redis.tls else None,
             username=username,
             password=password,
             password_source=source,
+            sentinel_auth=sentinel_auth,
+            sentinel_username=sentinel_username,
+            sentinel_password=sentinel_password,
+            sentinel_password_source=sentinel_source,
             timeout=args.timeout,
         )
         with connect(endpoint) as store:
             yield store
         return
-    with kubeconfig_file(settings.kubernetes.kubeconfig) as kubeconfig:
+    with kubeconfig_file(kubeconfig_value) as kubeconfig:
         kubectl = Kubectl(settings.kubernetes.context, kubeconfig, args.kubectl, timeout=args.timeout)
         secret = kubectl.secret_value(redis.namespace, REDIS_AUTH_SECRET, PASSWORD_KEY)
         username, password = split_auth(secret)
@@ -231,6 +292,9 @@ def run(
         validated = stack.validate()
         settings = validated.settings
         actors = [resolve_actor(settings, args.actor)] if args.actor else list(settings.actors)
+        kubeconfig_value = (
+            kubeconfig_setting(stack, settings, args, environ) if settings.redis.mode == "in-cluster" else None
+        )
     except (StackError, InputError) as error:
         print(f"spend: {error}", file=stderr)
         return EXIT_INPUT
@@ -239,7 +303,7 @@ def run(
         return EXIT_INPUT
     policy_namespace = settings.gateway.namespace
     try:
-        with open_counters(settings, args, environ) as store:
+        with open_counters(settings, args, environ, kubeconfig_value) as store:
             # The window is decided after connecting (a port-forward can take seconds) and just before reading.
             now = int(clock())
             plan = spend.plan_counters(

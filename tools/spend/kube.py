@@ -15,25 +15,25 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import queue
 import re
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 _FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)\s*$")
 # kubectl says one or the other, depending on where client-go notices (`tools/clientcmd`).
 _NO_CONTEXT = re.compile(r'context was not found for specified context|error: context "[^"]*" does not exist')
+# client-go's loading rules stat an explicit --kubeconfig first (`tools/clientcmd/loader.go`), and kubectl prints
+# the error as `error: stat <path>: no such file or directory`.
+_NO_KUBECONFIG = re.compile(r"stat [^:]+: no such file or directory")
 
 
 class KubeError(RuntimeError):
@@ -52,6 +52,11 @@ def _last_line(text: str) -> str:
 
 
 def _hint(stderr: str, context: str) -> str:
+    if _NO_KUBECONFIG.search(stderr):
+        return (
+            " The kubeconfig file does not exist on this machine: pass --kubeconfig PATH to a kubeconfig holding "
+            f"context {context!r}"
+        )
     if _NO_CONTEXT.search(stderr):
         return (
             f" The kube context {context!r} (agent-budgets:kubernetes.context) is not in your kubeconfig: "
@@ -108,29 +113,21 @@ class Kubectl:
             raise KubeError(f"Secret {namespace}/{name} key {key!r} is not base64-encoded text") from None
 
 
-@contextmanager
-def kubeconfig_file(kubeconfig: str | None) -> Iterator[str | None]:
-    """A kubeconfig path for kubectl: the stack's path as is, or its inline content in a private temp file.
-
-    The Kubernetes provider accepts either (pulumi-kubernetes `kubeconfig`); kubectl wants a file.
-    """
-    if not kubeconfig or "\n" not in kubeconfig.strip():
-        yield str(Path(kubeconfig).expanduser()) if kubeconfig else None
-        return
-    handle, path = tempfile.mkstemp(prefix="agent-budgets-kubeconfig-", suffix=".yaml")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(kubeconfig)
-        yield path
-    finally:
-        Path(path).unlink(missing_ok=True)
-
-
 class PortForward:
-    """`kubectl port-forward` to a free port on 127.0.0.1; stopped on exit, on error and on SIGTERM/SIGINT."""
+    """`kubectl port-forward` to a free port on 127.0.0.1; stopped on exit, on error and on SIGTERM/SIGINT.
+
+    The one implementation for the spend report and the end-to-end checks (tests/e2e/e2elib/portforward.py
+    adds restarting); `popen` is there for tests that stand in for kubectl.
+    """
 
     def __init__(
-        self, kubectl: Kubectl, namespace: str, resource: str, remote_port: int, timeout: float = 30.0
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        resource: str,
+        remote_port: int,
+        timeout: float = 30.0,
+        popen: Callable[..., Any] = subprocess.Popen,
     ) -> None:
         self.command = kubectl.argv(
             "-n", namespace, "port-forward", "--address", "127.0.0.1", resource, f":{remote_port}"
@@ -138,7 +135,8 @@ class PortForward:
         self.description = f"{namespace}/{resource}:{remote_port}"
         self.context = kubectl.context
         self.timeout = timeout
-        self.process: subprocess.Popen[str] | None = None
+        self.popen = popen
+        self.process: Any = None
         self.recent: deque[str] = deque(maxlen=20)
         self.local_port: int | None = None
 
@@ -152,7 +150,7 @@ class PortForward:
     def start(self) -> int:
         """Start kubectl and wait for its `Forwarding from` line; return the local port."""
         try:
-            self.process = subprocess.Popen(
+            self.process = self.popen(
                 self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
             )
         except FileNotFoundError:
@@ -182,6 +180,7 @@ class PortForward:
     def stop(self) -> None:
         """Terminate kubectl (then kill it if it lingers); safe to call twice."""
         process, self.process = self.process, None
+        self.local_port = None
         if process is None or process.poll() is not None:
             return
         process.terminate()

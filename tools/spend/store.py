@@ -1,10 +1,13 @@
 """Read the rate-limit counters from Redis: every key in one pipelined round trip, with errors that say what to fix.
 
 The connection follows the stack's `redis` settings the way envoyproxy/ratelimit does (`src/redis/driver_impl.go`,
-`src/settings/settings.go`): `single` is one `host:port`; `sentinel` is `<master name>,<sentinel>,...`;
-`cluster` is a list of seed nodes; TLS when `redis.tls` is set (server certificate checked against the system
-roots, or `SSL_CERT_FILE`). The secret is split at its first `:` into user and password, as ratelimit splits
-`REDIS_AUTH`, so an ACL user (`user:password`) works the same here.
+`src/settings/settings.go`, `src/utils/tls.go` at f2fb15770f7f): `single` is one `host:port`; `sentinel` is
+`<master name>,<sentinel>,...`; `cluster` is a list of seed nodes. With `redis.tls`, every connection (the
+Sentinels' too) is TLS and the server certificate is checked against the system roots plus, when set, the
+stack's `redis.tlsCaCertificate` (ratelimit's `REDIS_TLS_CACERT` adds the CA to the system pool). Each secret
+is split at its first `:` into user and password, as ratelimit splits `REDIS_AUTH` and `REDIS_SENTINEL_AUTH`,
+so an ACL user (`user:password`) works the same here; the Sentinels' own password
+(`redis.sentinelPasswordConfig`) is used for the Sentinels only.
 
 Counters are plain Redis strings holding a decimal integer: ratelimit writes them with `INCRBY` and sets a TTL
 of one window (plus jitter) with `EXPIRE` (`src/redis/fixed_cache_impl.go`). They are read with `MGET`: a key
@@ -64,9 +67,16 @@ class RedisEndpoint:
     where: str
     master: str | None = None
     tls: bool = False
+    ca_pem: str | None = None
+    """PEM certificate(s) of a private CA trusted besides the system roots (TLS only)."""
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     password_source: str = ""
+    sentinel_auth: bool = False
+    """The Sentinels have their own password (`redis.sentinelPasswordConfig` is set)."""
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    sentinel_password_source: str = ""
     timeout: float = 10.0
 
     @classmethod
@@ -79,21 +89,60 @@ class RedisEndpoint:
         return cls(kind=kind, nodes=tuple(parse_host_port(part) for part in parts), master=master, **options)
 
 
+def _transport_options(endpoint: RedisEndpoint) -> dict[str, Any]:
+    """TLS and timeouts: the same toward Redis and toward the Sentinels."""
+    options: dict[str, Any] = {
+        "ssl": endpoint.tls,
+        "socket_timeout": endpoint.timeout,
+        "socket_connect_timeout": endpoint.timeout,
+    }
+    if endpoint.tls and endpoint.ca_pem:
+        # redis-py loads it with SSLContext.load_verify_locations(cadata=...) into a default context, which
+        # already holds the system roots: the same trust as ratelimit's SystemCertPool plus REDIS_TLS_CACERT.
+        options["ssl_ca_data"] = endpoint.ca_pem
+    return options
+
+
 def _connection_options(endpoint: RedisEndpoint) -> dict[str, Any]:
     return {
         "username": endpoint.username,
         "password": endpoint.password,
-        "ssl": endpoint.tls,
-        "socket_timeout": endpoint.timeout,
-        "socket_connect_timeout": endpoint.timeout,
+        **_transport_options(endpoint),
         # One try: a report should say at once that Redis is unreachable, not retry behind the user's back.
         "retry": Retry(NoBackoff(), 0),
     }
 
 
+def _sentinel_options(endpoint: RedisEndpoint) -> dict[str, Any]:
+    return {
+        "username": endpoint.sentinel_username,
+        "password": endpoint.sentinel_password,
+        **_transport_options(endpoint),
+        "retry": Retry(NoBackoff(), 0),
+    }
+
+
+def _sentinels_refused(endpoint: RedisEndpoint, text: str) -> CounterReadError:
+    """The Sentinels, not Redis, refused the login (redis-py reports it inside MasterNotFoundError)."""
+    where = f"{endpoint.where}: the Sentinels at {', '.join(f'{h}:{p}' for h, p in endpoint.nodes)}"
+    source = endpoint.sentinel_password_source or "the Sentinels' password"
+    if not endpoint.sentinel_auth:
+        fix = (
+            "they need a password of their own: set redis.sentinelPasswordConfig in the stack (envoy-ratelimit "
+            "needs it too), then put the password in the environment variable --sentinel-password-env names"
+        )
+    elif endpoint.sentinel_password is None:
+        fix = f"they need their own password: {source}"
+    else:
+        fix = f"check the Sentinels' password (from {source}); it is not the Redis password"
+    return CounterReadError("auth", f"{where} refused the login: {text}. {fix}")
+
+
 def _translate(endpoint: RedisEndpoint, error: Exception) -> CounterReadError:
     """A redis-py error as a message naming the endpoint, the cause and the fix."""
     text = str(error) or type(error).__name__
+    if isinstance(error, MasterNotFoundError) and "AuthenticationError" in text:
+        return _sentinels_refused(endpoint, text)
     if isinstance(error, redis.AuthenticationError) or any(
         marker in text for marker in ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
     ):
@@ -161,8 +210,7 @@ def connect(endpoint: RedisEndpoint) -> Iterator[CounterStore]:
                 **options,
             )
         elif endpoint.kind == "sentinel":
-            sentinel_options = {key: options[key] for key in ("ssl", "socket_timeout", "socket_connect_timeout")}
-            sentinel = Sentinel(list(endpoint.nodes), sentinel_kwargs=sentinel_options, **options)
+            sentinel = Sentinel(list(endpoint.nodes), sentinel_kwargs=_sentinel_options(endpoint), **options)
             client = sentinel.master_for(str(endpoint.master), **options)
         else:
             host, port = endpoint.nodes[0]
