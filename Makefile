@@ -16,7 +16,7 @@ help:
 	@echo "make bench-spend  seconds to read 10,000 actors' counters from a real local redis-server"
 	@echo "make bench-egress  egress-policy provider at 10,000 actors against a fake kubectl taking 0.3 s and 1 s a call"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
-	@echo "make docs       regenerate the configuration reference in docs/configuration.md from the models"
+	@echo "make docs       regenerate the generated blocks of docs/ (configuration reference, stack outputs, message sizes)"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -82,7 +82,7 @@ bench-e2e: $(STAMP)
 	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m tests.e2e.bench_latency
 
 docs: $(STAMP)
-	$(BIN)/python scripts/gen_config_docs.py
+	$(BIN)/python scripts/gen_docs.py
 
 crds:
 	bash scripts/fetch-crds.sh

@@ -68,6 +68,8 @@ class Platform(pulumi.ComponentResource):
     agent_router_namespace: Namespace | None
     envoy_gateway_values: dict[str, Any]
     """The `eg` values; still computed when `platform.install` is false, for whoever installs it."""
+    agent_router_values: dict[str, Any]
+    """The `aieg` values, likewise: the extension server's receive cap must match Envoy Gateway's send cap."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class Platform(pulumi.ComponentResource):
         super().__init__("agent-budgets:platform:Platform", name, None, opts)
         envoy_gateway, crds, controller = release_specs(settings)
         self.envoy_gateway_values = envoy_gateway.values
+        self.agent_router_values = controller.values
         install = settings.platform.install
 
         self.envoy_gateway_namespace = self.agent_router_namespace = None

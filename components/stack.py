@@ -109,6 +109,8 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         "failClosed": settings.rate_limit.fail_closed,
     }
     if not settings.platform.install:
-        # Whoever installs Envoy Gateway must give it these values (they hold no secret: only references).
+        # Whoever installs Envoy Gateway and Agent Router must give them these values (they hold no secret:
+        # only references). Both ends of the extension-server message need platform.extensionMessageLimit.
         outputs["envoyGatewayValues"] = platform.envoy_gateway_values
+        outputs["agentRouterValues"] = platform.agent_router_values
     return outputs

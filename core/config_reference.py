@@ -1,9 +1,9 @@
 """The configuration reference, generated from the pydantic models so that it cannot drift from them.
 
 `reference_rows()` walks `StackSettings` and yields one row per key (type, default, rule);
-`render_reference()` turns them into the markdown tables that docs/configuration.md holds between its
-GENERATED markers. `scripts/gen_config_docs.py` writes them; tests/test_config_reference.py fails when the
-committed file differs from what the models say.
+`render_reference()` turns them into the markdown tables that docs/configuration.md holds in its
+`config-reference` GENERATED block. `make docs` (scripts/gen_docs.py) writes them; tests/test_generated_docs.py
+fails when the committed page differs from what the models say.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from pydantic_core import PydanticUndefined
 
 from core.config_messages import aliases, flow_yaml
 from core.settings import RETIRED_KEYS, StackSettings
-
-BEGIN_MARKER = "<!-- BEGIN GENERATED config-reference: scripts/gen_config_docs.py -->"
-END_MARKER = "<!-- END GENERATED config-reference -->"
 
 
 @dataclass(frozen=True)
@@ -173,10 +170,3 @@ def render_reference() -> str:
         now = f"`{retired.replacement}`" if retired.replacement else "removed"
         lines.append(f"| `{old}` | {now} | {_cell(retired.how)} |")
     return "\n".join(lines)
-
-
-def replace_generated(document: str) -> str:
-    """`document` with the text between the markers replaced by the current reference."""
-    start = document.index(BEGIN_MARKER) + len(BEGIN_MARKER)
-    end = document.index(END_MARKER)
-    return document[:start] + "\n" + render_reference() + "\n" + document[end:]

@@ -4,7 +4,7 @@ Each model checks what one field can check on its own (types, ranges, shapes); w
 (class members listed in `actors`, routes naming a provider, ...) is a cross-key check in
 `core.cross_checks`, and `core.validation` runs both and reports every problem at once. Every field has a
 `description`: the configuration reference in docs/configuration.md is generated from these models
-(`scripts/gen_config_docs.py`). Only `agent-budgets:actors` and `agent-budgets:budgets` are fixed by the
+(`make docs`, scripts/gen_docs.py). Only `agent-budgets:actors` and `agent-budgets:budgets` are fixed by the
 design; every other key has a default so that `Pulumi.dev.yaml` stays short.
 """
 
@@ -684,7 +684,19 @@ EXTENSION_MESSAGE_LIMIT_DEFAULT = "16Mi"
 MIN_EXTENSION_MESSAGE_LIMIT = 4 * 1024 * 1024
 MAX_EXTENSION_MESSAGE_LIMIT = 512 * 1024 * 1024
 _MESSAGE_SIZE = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|k|M|G|)$")
-_MESSAGE_SIZE_FACTORS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+_MESSAGE_SIZE_FACTORS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB}
+
+
+def message_size_bytes(quantity: str) -> int | None:
+    """A message size as Envoy Gateway's `maxMessageSize` takes it ("16Mi", "4M", "16777216") in bytes, or
+    None when it is not a whole quantity with one of those suffixes."""
+    match = _MESSAGE_SIZE.match(quantity)
+    return int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)] if match else None
+
+
+def _message_size_text(value: Any) -> Any:
+    """A YAML integer is a byte count: Envoy Gateway's quantity accepts a number or text alike."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class PlatformSettings(_Model):
@@ -704,7 +716,7 @@ class PlatformSettings(_Model):
         description="The `aieg-crd` and `aieg` releases; v1.2 needs Envoy Gateway v1.9.2 or newer.",
     )
 
-    extension_message_limit: str = Field(
+    extension_message_limit: Annotated[str, BeforeValidator(_message_size_text)] = Field(
         default=EXTENSION_MESSAGE_LIMIT_DEFAULT,
         description=(
             "Cap on the one message Envoy Gateway sends Agent Router's extension server (set on both ends: Envoy "
@@ -723,10 +735,12 @@ class PlatformSettings(_Model):
     @field_validator("extension_message_limit")
     @classmethod
     def _message_limit(cls, value: str) -> str:
-        match = _MESSAGE_SIZE.match(value)
-        if not match:
-            raise ValueError(f"extensionMessageLimit {value!r} is not a whole quantity such as 16Mi or 16777216")
-        size = int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)]
+        size = message_size_bytes(value)
+        if size is None:
+            raise ValueError(
+                f"extensionMessageLimit {value!r} is not a whole quantity: write e.g. 16Mi, 16M or 16777216 "
+                "(suffixes Ki, Mi, Gi, k, M, G)"
+            )
         if not MIN_EXTENSION_MESSAGE_LIMIT <= size <= MAX_EXTENSION_MESSAGE_LIMIT:
             raise ValueError(
                 f"extensionMessageLimit {value!r} is {size:,} bytes: use 4Mi to 512Mi (gRPC's own default is 4Mi; "
@@ -737,9 +751,9 @@ class PlatformSettings(_Model):
     @property
     def extension_message_bytes(self) -> int:
         """The limit in bytes."""
-        match = _MESSAGE_SIZE.match(self.extension_message_limit)
-        assert match is not None  # the validator refused anything else
-        return int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)]
+        size = message_size_bytes(self.extension_message_limit)
+        assert size is not None  # the validator refused anything else
+        return size
 
 
 RedisMode = Literal["in-cluster", "external"]

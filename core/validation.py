@@ -275,7 +275,8 @@ def message_size_problems(
                 f"Router for these budgets and routes is {estimate.total_bytes:,} bytes ({estimate.describe()}) and "
                 f"needs {xds_size.HEADROOM:g}x that, {needed:,} bytes. Raise platform.extensionMessageLimit to "
                 f"{suggestion} or more, or carry fewer bytes per route: fewer model names in routes (each one "
-                f"carries every rule), fewer budget classes or class members, fewer suspended actors "
+                f"carries every rule), fewer limits per budget (each is one more rule), fewer budget classes or "
+                "class members, fewer suspended actors "
                 "(docs/message-size.md)"
             ),
         )

@@ -46,9 +46,8 @@ from typing import Any
 
 from core.budget_rules import actor_subject, compile_budget_rules, pack_actors
 from core.ratelimit_model import rules_for_actor
-from core.settings import BudgetsConfig
+from core.settings import MIB, BudgetsConfig
 
-MIB = 1024 * 1024
 GRPC_DEFAULT_MAX_MESSAGE = 4 * MIB
 RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
 RATE_LIMIT_PER_ROUTE_TYPE_URL = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute"
@@ -395,16 +394,46 @@ def estimate_message(
     the Gateway-wide SecurityPolicy `authorization` (the suspensions) when there is one."""
     per_route = sum(rate_limit_domains(policy_namespace, policy_name, rule_specs).values())
     suspension = authorization_route_bytes(authorization)
+    return MessageEstimate(
+        total_bytes=_message_bytes(per_route, layout, suspension),
+        rate_limit_bytes_per_route=per_route,
+        layout=layout,
+        authorization_bytes_per_route=suspension,
+    )
+
+
+def _message_bytes(rate_limit_bytes_per_route: int, layout: RouteLayout, suspension_bytes_per_route: int) -> int:
+    """The message: the allowances, the suspension on every Envoy route, the rate limits on every model route."""
     routes = layout.model_routes + layout.catch_all_routes
-    total = (
+    return (
         BASE_ALLOWANCE
         + layout.providers * PROVIDER_ALLOWANCE
-        + routes * (ROUTE_ALLOWANCE + suspension)
-        + layout.model_routes * per_route
+        + routes * (ROUTE_ALLOWANCE + suspension_bytes_per_route)
+        + layout.model_routes * rate_limit_bytes_per_route
     )
-    return MessageEstimate(
-        total_bytes=total, rate_limit_bytes_per_route=per_route, layout=layout, authorization_bytes_per_route=suspension
-    )
+
+
+MAX_MODELS_PER_ROUTE = 128
+"""core.settings.Route.models holds at most this many model names."""
+
+
+def model_names_that_fit(rate_limit_bytes_per_route: int, limit: int, providers: int) -> int:
+    """How many model names a configuration with these rate-limit bytes per model route can serve under the
+    message `limit` (with the headroom), in as few routes as hold them, from `providers` providers."""
+
+    def fits(models: int) -> bool:
+        routes = -(-models // MAX_MODELS_PER_ROUTE)
+        layout = RouteLayout(model_routes=models, catch_all_routes=routes, providers=providers)
+        total = _message_bytes(rate_limit_bytes_per_route, layout, 0)
+        return MessageEstimate(total, rate_limit_bytes_per_route, layout).required_limit() <= limit
+
+    low, high = 0, 1
+    while fits(high):
+        low, high = high, high * 2
+    while high - low > 1:  # fits(low) and not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def format_bytes(size: int) -> str:
@@ -414,31 +443,6 @@ def format_bytes(size: int) -> str:
     if size >= 1024:
         return f"{size / 1024:.1f} KiB"
     return f"{size} B"
-
-
-_QUANTITY_FACTORS = {
-    "": 1,
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-}
-
-
-def quantity_bytes(quantity: str) -> int:
-    """A Kubernetes quantity as Envoy Gateway's `maxMessageSize` accepts it ("16Mi", "4M", "8388608")."""
-    text = quantity.strip()
-    for suffix in ("Ki", "Mi", "Gi", "k", "M", "G"):
-        if text.endswith(suffix):
-            number = text[: -len(suffix)]
-            break
-    else:
-        suffix, number = "", text
-    if not number.isdigit() or number.startswith("0"):
-        raise ValueError(f"{quantity!r} is not a whole quantity such as 16Mi")
-    return int(number) * _QUANTITY_FACTORS[suffix]
 
 
 # --- what the exclusion slots cost ------------------------------------------------------------------------

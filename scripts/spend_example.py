@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from core import spend  # noqa: E402
 from core.manifests import BUDGET_POLICY_NAME  # noqa: E402
+from scripts import doc_blocks  # noqa: E402
 from tools.spend import cli  # noqa: E402
 from tools.spend.stack import load_stack  # noqa: E402
 
@@ -46,7 +46,6 @@ COUNTERS = {
     ("agents/nightly-batch", 0): 9_800_000,
 }
 SUSPENDED = ["agents/coder-2"]
-_BLOCK = re.compile(r"(<!-- GENERATED:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /GENERATED:(?P=name) -->)", re.S)
 
 
 def example_project(folder: Path, redis_port: int) -> Path:
@@ -136,11 +135,9 @@ def generate(redis_port: int, password: str, client: Any) -> dict[str, str]:
 
 
 def replace_blocks(text: str, blocks: dict[str, str]) -> str:
-    """The document with every GENERATED block's body replaced; a block the document lacks is an error."""
-    missing = set(blocks) - {match.group("name") for match in _BLOCK.finditer(text)}
-    if missing:
-        raise ValueError(f"docs/spend.md lacks the GENERATED blocks {sorted(missing)}")
-    return _BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + m.group(4), text)
+    """The page with every GENERATED block's body replaced (scripts/doc_blocks.py); a block the page lacks is
+    an error."""
+    return doc_blocks.replace_blocks(text, blocks, "docs/spend.md")
 
 
 def main(argv: list[str] | None = None, start: Callable[..., Any] | None = None) -> int:
@@ -151,20 +148,13 @@ def main(argv: list[str] | None = None, start: Callable[..., Any] | None = None)
 
     with (start or local_redis)("example-redis-password") as server:
         blocks = generate(server.port, server.password, server.client())
-    current = DOC.read_text(encoding="utf-8")
-    wanted = replace_blocks(current, blocks)
-    if args.check:
-        if current != wanted:
-            print(
-                f"{DOC.relative_to(ROOT)} is out of date: run `venv/bin/python scripts/spend_example.py`",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if current != wanted:
-        DOC.write_text(wanted, encoding="utf-8")
-        print(f"updated {DOC.relative_to(ROOT)}")
-    return 0
+    return doc_blocks.sync_document(
+        DOC,
+        blocks,
+        check=args.check,
+        command="venv/bin/python scripts/spend_example.py",
+        shown_as=str(DOC.relative_to(ROOT)),
+    )
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def test_the_dev_stack_fits_the_default_limit_with_room_to_spare():
 @pytest.mark.parametrize(
     ("limit", "reason"),
     [
-        ("16MiB", "is not a whole quantity such as 16Mi"),
+        ("16MiB", "is not a whole quantity: write e.g. 16Mi, 16M or 16777216"),
         ("1.5Gi", "is not a whole quantity"),
         ("1Mi", "use 4Mi to 512Mi"),
         ("1Gi", "use 4Mi to 512Mi"),

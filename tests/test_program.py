@@ -339,3 +339,20 @@ def test_a_platform_installed_elsewhere_gets_our_values_as_an_output():
     statefulset = run.monitor.one("StatefulSet")
     assert statefulset.urn in btp.dependencies
     assert store.type.endswith("RateLimitStore")
+
+
+def test_both_ends_of_the_extension_message_get_the_limit_when_installed_elsewhere():
+    """With platform.install false, Agent Router's values are an output too: its receive cap must equal Envoy
+    Gateway's send cap (platform.extensionMessageLimit), or the preview's size check would not hold."""
+    config = stack_config("dev")
+    config["platform"] = {"install": False, "extensionMessageLimit": "32Mi"}
+    outside = run_program(config).outputs
+    sent = outside["envoyGatewayValues"]["config"]["envoyGateway"]["extensionManager"]["maxMessageSize"]
+    router = outside["agentRouterValues"]["controller"]
+    assert (sent, router["maxRecvMsgSize"]) == ("32Mi", str(32 * 1024 * 1024))
+    assert router["metricsRequestHeaderAttributes"] == "x-actor-id:actor.id"
+    config["platform"]["install"] = True
+    installed = run_program(config)
+    [release] = [r for r in installed.of_kind("Release") if r.inputs["name"] == "aieg"]
+    assert release.inputs["values"] == outside["agentRouterValues"], "the output is what the release would get"
+    assert "agentRouterValues" not in installed.outputs and "envoyGatewayValues" not in installed.outputs

@@ -1,0 +1,113 @@
+"""Regenerate every block of the docs that code produces (`make docs`), or check that none is stale.
+
+    venv/bin/python scripts/gen_docs.py          # rewrite the GENERATED blocks (scripts/doc_blocks.py)
+    venv/bin/python scripts/gen_docs.py --check  # exit 1 when a committed block differs from the code
+
+The pages and what writes them:
+
+* docs/configuration.md: the configuration reference, from the pydantic models (core/config_reference.py);
+* docs/outputs.md: every stack output's example, the program's real output under Pulumi mocks
+  (`run_program` of tests/support/program.py, the harness of the unit tests) for Pulumi.dev.yaml,
+  Pulumi.prod.yaml and Pulumi.dev.yaml with `platform.install: false`;
+* docs/message-size.md: the exclusion-slot table, the examples and the cost of a suspension
+  (scripts/measure_exclusion_slots.py).
+
+tests/test_generated_docs.py runs the same generators on every `make test` and fails while a page is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from core.config_reference import render_reference  # noqa: E402
+from scripts import measure_exclusion_slots  # noqa: E402
+from scripts.doc_blocks import sync_document  # noqa: E402
+
+COMMAND = "make docs"
+# Stand-ins for the prod stack's secret config: the outputs never hold a secret, so their value never shows.
+EXAMPLE_SECRETS = {"openaiApiKey": "example", "anthropicApiKey": "example", "redisPassword": "example"}
+
+
+def json_text(value: Any) -> str:
+    """An output as `pulumi stack output --json` would show it, laid out to read well in a page: a list of
+    objects one object a line, a small map on one line, anything larger indented."""
+    if isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
+        return "[\n" + ",\n".join(f"  {json.dumps(item)}" for item in value) + "\n]"
+    flat = json.dumps(value)
+    return flat if len(flat) <= 100 else json.dumps(value, indent=2)
+
+
+def _json_block(value: Any) -> str:
+    return f"```json\n{json_text(value)}\n```"
+
+
+def stack_outputs() -> dict[str, dict[str, Any]]:
+    """The outputs of the dev stack, the prod stack and the dev stack with `platform.install: false`."""
+    from tests.support.program import run_program, stack_config
+
+    outside = stack_config("dev")
+    outside["platform"] = {**outside.get("platform", {}), "install": False}
+    return {
+        "dev": run_program(stack_config("dev"), stack="dev").outputs,
+        "prod": run_program(stack_config("prod"), secrets=EXAMPLE_SECRETS, stack="prod").outputs,
+        "outside": run_program(outside, stack="dev").outputs,
+    }
+
+
+def output_blocks(outputs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+    """Every GENERATED block of docs/outputs.md, by name."""
+    runs = outputs if outputs is not None else stack_outputs()
+    dev, prod, outside = runs["dev"], runs["prod"], runs["outside"]
+    blocks = {
+        name: _json_block(dev[output])
+        for name, output in (
+            ("gateway-url", "gatewayUrl"),
+            ("actors", "actors"),
+            ("budget-rules-dev", "budgetRules"),
+            ("suspended", "suspended"),
+            ("routes-dev", "routes"),
+            ("redis-mode", "redisMode"),
+            ("fail-closed", "failClosed"),
+        )
+    }
+    blocks["budget-rules-prod"] = _json_block(prod["budgetRules"])
+    blocks["routes-prod"] = _json_block(prod["routes"])
+    blocks["envoy-gateway-values"] = _json_block(outside["envoyGatewayValues"])
+    blocks["agent-router-values"] = _json_block(outside["agentRouterValues"])
+    return blocks
+
+
+def configuration_blocks() -> dict[str, str]:
+    """The GENERATED block of docs/configuration.md."""
+    return {"config-reference": render_reference()}
+
+
+DOCS: dict[str, Callable[[], dict[str, str]]] = {
+    "docs/configuration.md": configuration_blocks,
+    "docs/outputs.md": output_blocks,
+    "docs/message-size.md": measure_exclusion_slots.blocks,
+}
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
+    """Write (or with --check, compare) every generated block; the exit status says whether all were current."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report whether the committed pages are current")
+    args = parser.parse_args(argv)
+    status = 0
+    for page, generate in DOCS.items():
+        status |= sync_document(root / page, generate(), check=args.check, command=COMMAND, shown_as=page)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
