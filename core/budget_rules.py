@@ -331,8 +331,8 @@ def _layout_problems(
                 Problem(
                     f"{where}.limits",
                     f"has {len(budget.limits)} limits but {PROJECT}:budgetPolicy.limitSlots is {limit_slots}: set "
-                    f"budgetPolicy.limitSlots to {len(budget.limits)} or more (up to {MAX_LIMIT_SLOTS}). Every budget "
-                    "rule but the default's first moves when it changes, so those counters restart once",
+                    f"budgetPolicy.limitSlots to {len(budget.limits)} or more (up to {MAX_LIMIT_SLOTS}). Every class's "
+                    "rules move when it changes, so class counters restart once (the default budget's keep theirs)",
                 )
             )
     last_index = (len(budgets) - 1) * limit_slots + max(len(budgets[-1].limits), 1) - 1

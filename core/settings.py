@@ -647,8 +647,8 @@ class BudgetPolicySettings(_Model):
         le=MAX_LIMITS_PER_BUDGET,
         description=(
             "Rule slots each budget reserves for its limits: at least the most `limits` any budget has. With 1, the "
-            "layout of single-limit versions; changing it restarts every budget counter but the default's first "
-            "limit once, so leave room for the windows you will add."
+            "layout of single-limit versions; changing it restarts every class's counters once (the default "
+            "budget's limits keep theirs), so leave room for the windows you will add."
         ),
     )
 

@@ -10,6 +10,7 @@ other (actor, limit) as it was.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import re2
@@ -179,7 +180,9 @@ def test_more_limits_than_slots_names_the_setting_and_the_cost_of_changing_it():
     assert problem.key == "budgets.default.limits"
     assert problem.message.startswith("has 3 limits but agent-budgets:budgetPolicy.limitSlots is 2")
     assert "set budgetPolicy.limitSlots to 3 or more" in problem.message
-    assert "counters restart once" in problem.message
+    assert problem.message.endswith(
+        "Every class's rules move when it changes, so class counters restart once (the default budget's keep theirs)"
+    )
 
 
 def test_limit_slots_must_be_between_one_and_the_maximum():
@@ -233,10 +236,16 @@ def test_summary_describes_each_limit_for_stack_outputs():
 
 
 # --- stability at 10,000 actors -------------------------------------------------------------------------
+#
+# Each test below is one row of the table "Why classes are append-only" in docs/budgets.md: it makes that
+# change and asserts exactly which (actor, limit) counters move. Counters are compared by their Redis key at
+# one instant inside a window of every unit, so a change of window (`per`) shows too.
 
 ACTORS = [f"agents/agent-{i:05d}" for i in range(9_000)] + [f"lab/bot-{i:04d}" for i in range(1_000)]
 CLASS_SIZE = 50
 LIMIT_SLOTS = 3
+NOW = 1_796_064_480 + 1_234
+"""2026-11-30T19:08:34Z: no window of any unit starts at this second."""
 
 
 def class_members(position: int) -> tuple[str, ...]:
@@ -248,57 +257,82 @@ BASE_CLASSES = [
     budget(f"class-{c:02d}", tokens(1_000 + c), *([usd("5")] if c % 2 else []), actors=class_members(c))
     for c in range(20)
 ]
+MEMBERS = {actor for budget_class in BASE_CLASSES for actor in budget_class.actors}
+DEFAULT_ACTORS = [actor for actor in ACTORS if actor not in MEMBERS]
+SAMPLE = sorted(set(ACTORS[::9]) | MEMBERS)
+"""For the rows whose proof needs no 10,000: every class member and every ninth actor (2,000 in all)."""
+
+Counters = dict[tuple[str, int], tuple[LimitSpec, str]]
 
 
-def limit_identities(rules: BudgetRules) -> dict[tuple[str, int], tuple]:
-    """Every (actor, limit position) → its counter identity, for all 10,000 actors, through the model.
+def limit_counters(rules: BudgetRules, actors: list[str] = ACTORS, namespace: str = NS) -> Counters:
+    """Every (actor, limit position) → (its limit, its counter's Redis key at NOW), through the model.
 
     Also proves coverage: each actor is charged by exactly the limits of its own budget.
     """
-    model = PolicyModel(NS, NAME, rules.specs())
-    result: dict[tuple[str, int], tuple] = {}
-    for actor in ACTORS:
+    model = PolicyModel(namespace, NAME, rules.specs())
+    result: Counters = {}
+    for actor in actors:
         applied = model.for_actor(actor_subject(actor))
         expected = rules.rules_for_actor(actor)
         assert [r.index for r in applied] == [r.index for r in expected], actor
         for applied_rule, compiled in zip(applied, expected, strict=True):
-            result[(actor, compiled.limit_index)] = applied_rule.identity()
+            assert compiled.limit is not None
+            result[(actor, compiled.limit_index)] = (compiled.limit, applied_rule.counter_key(NOW))
     return result
 
 
-def compile_layout(default: BudgetSpec, classes: list[BudgetSpec]) -> BudgetRules:
-    return compile_rules(default, classes, exclusion_slots=32, limit_slots=LIMIT_SLOTS)
+def compile_layout(
+    default: BudgetSpec, classes: list[BudgetSpec], exclusion_slots: int = 32, limit_slots: int = LIMIT_SLOTS
+) -> BudgetRules:
+    return compile_rules(default, classes, exclusion_slots=exclusion_slots, limit_slots=limit_slots)
 
 
 @pytest.fixture(scope="module")
-def base() -> dict[tuple[str, int], tuple]:
-    return limit_identities(compile_layout(BASE_DEFAULT, BASE_CLASSES))
+def base() -> Counters:
+    return limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES))
 
 
-def changed(before: dict[tuple[str, int], tuple], after: dict[tuple[str, int], tuple]) -> set[tuple[str, int]]:
-    """(actor, limit) pairs present in both whose counter key moved."""
-    return {pair for pair in before if pair in after and before[pair] != after[pair]}
+@pytest.fixture(scope="module")
+def base_sample(base) -> Counters:
+    sampled = set(SAMPLE)
+    return {pair: counter for pair, counter in base.items() if pair[0] in sampled}
+
+
+def changed(before: Counters, after: Counters) -> set[tuple[str, int]]:
+    """(actor, limit position) pairs present in both whose counter key moved."""
+    return {pair for pair in before.keys() & after.keys() if before[pair][1] != after[pair][1]}
+
+
+def by_limit(counters: Counters) -> dict[tuple[str, LimitSpec], str]:
+    """The same counters keyed by the limit itself, for changes that move a limit to another position."""
+    result = {(actor, limit): key for (actor, _), (limit, key) in counters.items()}
+    assert len(result) == len(counters), "two limits of one budget are equal: the test data cannot tell them apart"
+    return result
+
+
+def pairs_of(budget_class: BudgetSpec, positions: range | None = None) -> set[tuple[str, int]]:
+    """(member, position) for every member of a class and every (or the given) limit position."""
+    return {(a, j) for a in budget_class.actors for j in positions or range(len(budget_class.limits))}
 
 
 def test_the_base_layout_covers_ten_thousand_actors(base):
     assert len({actor for actor, _ in base}) == 10_000
-    members = {a for c in BASE_CLASSES for a in c.actors}
-    assert len(members) == 1_000
-    assert len(set(base.values())) == len(base), "no two (actor, limit) pairs share a counter"
+    assert len(MEMBERS) == 1_000
+    assert len({key for _, key in base.values()}) == len(base), "no two (actor, limit) pairs share a counter"
 
 
 def test_appending_a_limit_to_the_default_changes_no_other_key(base):
-    after = limit_identities(compile_layout(budget("default", tokens(100_000), usd("2", "Month")), BASE_CLASSES))
+    after = limit_counters(compile_layout(budget("default", tokens(100_000), usd("2", "Month")), BASE_CLASSES))
     assert changed(base, after) == set()
-    added = set(after) - set(base)
-    assert added == {(a, 1) for a in ACTORS if not any(a in c.actors for c in BASE_CLASSES)}
+    assert set(after) - set(base) == {(a, 1) for a in DEFAULT_ACTORS}
 
 
 def test_appending_a_limit_to_a_class_changes_no_other_key(base):
     classes = list(BASE_CLASSES)
     grown = classes[4]
     classes[4] = BudgetSpec(grown.name, (*grown.limits, tokens(10, "Minute")), grown.actors)
-    after = limit_identities(compile_layout(BASE_DEFAULT, classes))
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes))
     assert changed(base, after) == set()
     assert set(after) - set(base) == {(a, 1) for a in grown.actors}
 
@@ -306,7 +340,7 @@ def test_appending_a_limit_to_a_class_changes_no_other_key(base):
 def test_appending_a_class_changes_only_its_members(base):
     newcomers = tuple(ACTORS[9_500:9_530])
     appended = [*BASE_CLASSES, budget("newcomers", tokens(77), usd("0.5", "Hour"), actors=newcomers)]
-    after = limit_identities(compile_layout(BASE_DEFAULT, appended))
+    after = limit_counters(compile_layout(BASE_DEFAULT, appended))
     assert {actor for actor, _ in changed(base, after)} == set(newcomers)
 
 
@@ -315,8 +349,153 @@ def test_moving_an_actor_between_classes_changes_only_that_actor(base):
     classes = list(BASE_CLASSES)
     classes[3] = BudgetSpec(classes[3].name, classes[3].limits, tuple(a for a in classes[3].actors if a != mover))
     classes[8] = BudgetSpec(classes[8].name, classes[8].limits, (*classes[8].actors, mover))
-    after = limit_identities(compile_layout(BASE_DEFAULT, classes))
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes))
     assert {actor for actor, _ in changed(base, after)} == {mover}
+
+
+def test_changing_limit_slots_moves_every_class_counter_and_no_default_one(base):
+    """limitSlots 3 → 4: class k's j-th limit moves from rule 3k + j to 4k + j; the default's stay at j."""
+    after = limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES, limit_slots=4))
+    assert changed(base, after) == {pair for budget_class in BASE_CLASSES for pair in pairs_of(budget_class)}
+    assert set(after) == set(base)
+    grown_default = budget("default", tokens(100_000), usd("2", "Month"))
+    two = limit_counters(compile_layout(grown_default, BASE_CLASSES), DEFAULT_ACTORS[:500])
+    five = limit_counters(compile_layout(grown_default, BASE_CLASSES, limit_slots=5), DEFAULT_ACTORS[:500])
+    assert changed(two, five) == set() and len(two) == 1_000, "every limit of the default keeps its counter"
+
+
+def test_removing_a_limit_that_is_not_the_last_moves_the_later_limits_of_that_budget_only():
+    """Class 1 has [tokens/Hour, usd/Day, usd/Month]; removing usd/Day moves usd/Month from rule 4 + 2 to 4 + 1."""
+    three = (tokens(600, "Hour"), usd("5"), usd("50", "Month"))
+    classes = list(BASE_CLASSES)
+    classes[1] = BudgetSpec(classes[1].name, three, classes[1].actors)
+    before = by_limit(limit_counters(compile_layout(BASE_DEFAULT, classes)))
+    classes[1] = BudgetSpec(classes[1].name, (three[0], three[2]), classes[1].actors)
+    after = by_limit(limit_counters(compile_layout(BASE_DEFAULT, classes)))
+    moved = {pair for pair in before.keys() & after.keys() if before[pair] != after[pair]}
+    assert moved == {(actor, three[2]) for actor in classes[1].actors}
+    assert set(before) - set(after) == {(actor, three[1]) for actor in classes[1].actors}
+
+
+def test_reordering_the_limits_of_a_budget_moves_the_reordered_ones_only(base):
+    """Class 1 is [tokens, usd]: swapping them moves both of its members' counters, nobody else's."""
+    classes = list(BASE_CLASSES)
+    swapped = classes[1]
+    classes[1] = BudgetSpec(swapped.name, tuple(reversed(swapped.limits)), swapped.actors)
+    after = by_limit(limit_counters(compile_layout(BASE_DEFAULT, classes)))
+    before = by_limit(base)
+    moved = {pair for pair in before.keys() & after.keys() if before[pair] != after[pair]}
+    assert moved == {(actor, limit) for actor in swapped.actors for limit in swapped.limits}
+
+
+def test_changing_an_amount_moves_no_counter(base_sample):
+    classes = [BudgetSpec(c.name, tuple(_doubled(limit) for limit in c.limits), c.actors) for c in BASE_CLASSES]
+    after = limit_counters(compile_layout(budget("default", tokens(250_000)), classes), SAMPLE)
+    assert changed(base_sample, after) == set()
+    assert {limit for limit, _ in after.values()}.isdisjoint({limit for limit, _ in base_sample.values()})
+
+
+def _doubled(limit: LimitSpec) -> LimitSpec:
+    return LimitSpec(limit.unit, limit.amount * 2, limit.per)
+
+
+def test_emptying_a_class_moves_its_members_only(base_sample):
+    classes = list(BASE_CLASSES)
+    retired = classes[5]
+    classes[5] = BudgetSpec(retired.name, retired.limits, ())
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes), SAMPLE)
+    assert changed(base_sample, after) == {(a, 0) for a in retired.actors}, "they join the default budget"
+
+
+@pytest.mark.parametrize("change", ["remove", "reorder"])
+def test_removing_or_reordering_a_class_moves_the_members_of_every_class_that_changes_place(base_sample, change):
+    classes = list(BASE_CLASSES)
+    if change == "remove":
+        del classes[12]
+    else:
+        classes[12], classes[13] = classes[13], classes[12]
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes), SAMPLE)
+    moved_classes = BASE_CLASSES[12:] if change == "remove" else BASE_CLASSES[12:14]
+    # A removed class's members fall to the default budget; every class after it moves up one block.
+    assert changed(base_sample, after) == {pair for budget_class in moved_classes for pair in pairs_of(budget_class)}
+
+
+def test_changing_a_limit_between_tokens_and_usd_moves_that_limit_only(base_sample):
+    classes = list(BASE_CLASSES)
+    switched = classes[2]
+    classes[2] = BudgetSpec(switched.name, (usd("1"),), switched.actors)
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes), SAMPLE)
+    assert changed(base_sample, after) == pairs_of(switched)
+
+
+def test_changing_exclusion_slots_moves_every_default_counter_once(base_sample):
+    after = limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES, exclusion_slots=33), SAMPLE)
+    assert changed(base_sample, after) == {(a, 0) for a in SAMPLE if a not in MEMBERS}
+
+
+def test_changing_the_gateway_namespace_moves_every_counter(base_sample):
+    after = limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES), SAMPLE, namespace="budgets-elsewhere")
+    assert changed(base_sample, after) == set(base_sample)
+
+
+def test_changing_a_limit_s_window_moves_that_limit_only(base_sample):
+    """The window start is part of the key: Day → Week starts a new window for that limit's actors."""
+    classes = list(BASE_CLASSES)
+    weekly = classes[3]
+    classes[3] = BudgetSpec(weekly.name, (tokens(1_003, "Week"), *weekly.limits[1:]), weekly.actors)
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes), SAMPLE)
+    assert changed(base_sample, after) == pairs_of(weekly, range(1))
+
+
+# Each row of the table in docs/budgets.md ("Why classes are append-only") and the tests that prove it.
+RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
+    "add an actor (to the default)": ("test_budget_rules.py::test_adding_an_actor_to_the_default_changes_no_key",),
+    "add an actor to a class, or move one between classes": (
+        "test_budget_rules.py::test_adding_an_actor_to_a_class_changes_only_that_actor",
+        "test_budget_limits.py::test_moving_an_actor_between_classes_changes_only_that_actor",
+    ),
+    "change a limit's `tokens` or `usd` amount": ("test_budget_limits.py::test_changing_an_amount_moves_no_counter",),
+    "append a limit to a budget (up to `limitSlots`)": (
+        "test_budget_limits.py::test_appending_a_limit_to_the_default_changes_no_other_key",
+        "test_budget_limits.py::test_appending_a_limit_to_a_class_changes_no_other_key",
+    ),
+    "append a class": ("test_budget_limits.py::test_appending_a_class_changes_only_its_members",),
+    "empty a class (retire it in place)": ("test_budget_limits.py::test_emptying_a_class_moves_its_members_only",),
+    "remove or reorder a class": (
+        "test_budget_limits.py::test_removing_or_reordering_a_class_moves_the_members_of_every_class_that_changes_place",
+    ),
+    "remove a limit that is not the last of its budget, or reorder limits": (
+        "test_budget_limits.py::test_removing_a_limit_that_is_not_the_last_moves_the_later_limits_of_that_budget_only",
+        "test_budget_limits.py::test_reordering_the_limits_of_a_budget_moves_the_reordered_ones_only",
+    ),
+    "change a limit between `tokens` and `usd`": (
+        "test_budget_limits.py::test_changing_a_limit_between_tokens_and_usd_moves_that_limit_only",
+    ),
+    "change `budgetPolicy.exclusionSlots`": (
+        "test_budget_limits.py::test_changing_exclusion_slots_moves_every_default_counter_once",
+    ),
+    "change `budgetPolicy.limitSlots`": (
+        "test_budget_limits.py::test_changing_limit_slots_moves_every_class_counter_and_no_default_one",
+    ),
+    "change `gateway.namespace` (the policy's namespace is in every key)": (
+        "test_budget_limits.py::test_changing_the_gateway_namespace_moves_every_counter",
+    ),
+    "change a limit's `per`": ("test_budget_limits.py::test_changing_a_limit_s_window_moves_that_limit_only",),
+}
+
+
+def test_every_row_of_the_restart_table_in_the_docs_has_its_test():
+    """docs/budgets.md says the unit suite proves each row: a row without a test fails here."""
+    import importlib
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "budgets.md").read_text(encoding="utf-8")
+    table = page.split("| change | whose spent budget restarts |\n| --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in table.splitlines()]
+    assert rows == list(RESTART_TABLE_TESTS)
+    for tests in RESTART_TABLE_TESTS.values():
+        for test in tests:
+            module, name = test.split(".py::")
+            assert callable(getattr(importlib.import_module(f"tests.{module}"), name)), test
 
 
 def test_a_class_named_default_is_not_the_default_budget():

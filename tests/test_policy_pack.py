@@ -763,7 +763,7 @@ BROKEN: list[Broken] = [
         lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][-1].update(
             value="^actor/(?:" + "a" * 1100 + ")$"
         ),
-        "rule 0 match 32 is 1112 characters, over Envoy Gateway's 1024",
+        "rule 0 match 127 is 1112 characters, over Envoy Gateway's 1024",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
