@@ -7,11 +7,12 @@ from scripts/deployed_versions.py); the test summary names what was validated an
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from core.settings import PlatformSettings
+from core.settings import PlatformSettings, version_tuple
 from tests.support.crds import crd_versions, deployed_versions, versions_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,3 +60,30 @@ def test_the_summary_says_when_the_validated_versions_differ_from_the_deployed_o
     )
     same = versions_line({"Envoy Gateway": ["v1.9.3"], "Agent Router": ["v1.2.1"]}, deployed_versions())
     assert same.endswith("Agent Router v1.2.1, the versions the program deploys by default")
+
+
+def _recorded_releases() -> dict[str, int]:
+    """`<repo>@<tag>` → how many files scripts/crds.sha256 records for it."""
+    counts: dict[str, int] = {}
+    for line in (ROOT / "scripts" / "crds.sha256").read_text().splitlines():
+        release = line.split()[1].split("/", 2)
+        key = f"{release[0]}/{release[1]}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_ci_requires_pinned_crds_exactly_when_the_deployed_versions_have_recorded_sums():
+    """The workflow must not call unpinned files pinned, nor demand pins that scripts/crds.sha256 lacks."""
+    platform = PlatformSettings()
+    eg, ar = platform.envoy_gateway_version, platform.agent_router_version
+    agent_router_repo = "theagentrouter/agent-router" if version_tuple(ar) >= (1, 2, 0) else "envoyproxy/ai-gateway"
+    recorded = _recorded_releases()
+    pinned = recorded.get(f"envoyproxy/gateway@{eg}") == 6 and recorded.get(f"{agent_router_repo}@{ar}") == 4
+    workflow = (ROOT / ".github" / "workflows" / "pull-request.yml").read_text()
+    fetch_step = workflow[workflow.index("- name: Fetch the CRDs (make crds)") :].split("\n      - ", 1)[0]
+    requires = 'AGENT_BUDGETS_CRDS_REQUIRE_PINNED: "1"' in fetch_step
+    assert requires == pinned, "set (or drop) AGENT_BUDGETS_CRDS_REQUIRE_PINNED on the fetch step"
+    if not pinned:
+        comments = re.sub(r"\s*\n\s*#\s*", " ", workflow)
+        assert f"Envoy Gateway {eg} and Agent Router {ar}, have no recorded sums yet" in comments
+        assert "fetched UNPINNED" in comments
