@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from core.money import MILLS_PER_USD, USD_METADATA_KEY, mills_to_usd
+from core.money import USD_METADATA_KEY, mills_to_usd, usd_to_mills
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig
 
@@ -144,7 +144,7 @@ class LimitSpec:
     def requests(self) -> int:
         """The rule's limit in the counter's unit: tokens, or mills ($0.001) for usd."""
         if self.unit == "usd":
-            return int(Decimal(self.amount) * MILLS_PER_USD)
+            return usd_to_mills(Decimal(self.amount))
         return int(self.amount)
 
     @property
@@ -257,11 +257,6 @@ class BudgetRules:
     def rules_for_actor(self, actor_id: str) -> tuple[CompiledRule, ...]:
         """Every rule that charges actor `<atespace>/<name>`: its class's limits, or the default's."""
         return self.rules_of_budget(self.class_of_actor.get(actor_id, 0))
-
-    @property
-    def uses_usd(self) -> bool:
-        """Whether any limit is in dollars (so every route must report a call's price)."""
-        return any(rule.unit == "usd" for rule in self.rules)
 
     def summary(self) -> list[dict[str, Any]]:
         """A small, secret-free description of every limit's rule for stack outputs."""

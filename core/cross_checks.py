@@ -12,7 +12,7 @@ keyed by the full path of the offending value) and append it to `CROSS_CHECKS`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,38 +121,52 @@ def _name(entry: Mapping[str, Any]) -> Any:
 # Actors and budgets
 
 
+def _listed_actors(view: ConfigView) -> set[str] | None:
+    """The actors of `actors`, or None when `actors` is not a list (its own error says so)."""
+    listed = view.strings("actors")
+    return {actor for _, actor in listed} if listed is not None else None
+
+
+def _repeated(items: Iterable[tuple[int, Any]]) -> dict[int, int]:
+    """For each (index, value) whose value came before: index → the index where it first came."""
+    first: dict[Any, int] = {}
+    repeats: dict[int, int] = {}
+    for index, value in items:
+        if value in first:
+            repeats[index] = first[value]
+        else:
+            first[value] = index
+    return repeats
+
+
 def check_actors_listed_once(view: ConfigView) -> Iterator[Problem]:
     """Each actor once: a second entry would be a second policy for the same actor in its shard."""
-    seen: dict[str, int] = {}
-    for index, actor in view.strings("actors") or []:
-        if actor in seen:
-            yield Problem(
-                f"actors[{index}]", f"{actor!r} is listed twice (also actors[{seen[actor]}]): list each actor once"
-            )
-        else:
-            seen[actor] = index
+    actors = dict(view.strings("actors") or [])
+    for index, first in _repeated(actors.items()).items():
+        yield Problem(
+            f"actors[{index}]", f"{actors[index]!r} is listed twice (also actors[{first}]): list each actor once"
+        )
+
+
+def _names_used_twice(view: ConfigView, path: tuple[str, ...], what: str) -> Iterator[Problem]:
+    """One problem per entry of the list at `path` whose `name` an earlier entry already has."""
+    names = {index: name for index, entry in view.entries(*path) if isinstance(name := _name(entry), str)}
+    where, listed = ".".join(path), path[-1]
+    for index, first in _repeated(names.items()).items():
+        yield Problem(
+            f"{where}[{index}].name",
+            f"{names[index]!r} is used twice (also {listed}[{first}]): {what} names must be unique",
+        )
 
 
 def check_class_names_unique(view: ConfigView) -> Iterator[Problem]:
     """Class names are unique: they name the rule in outputs and documentation."""
-    seen: dict[str, int] = {}
-    for index, entry in view.entries("budgets", "classes"):
-        name = _name(entry)
-        if not isinstance(name, str):
-            continue
-        if name in seen:
-            yield Problem(
-                f"budgets.classes[{index}].name",
-                f"{name!r} is used twice (also classes[{seen[name]}]): class names must be unique",
-            )
-        else:
-            seen[name] = index
+    yield from _names_used_twice(view, ("budgets", "classes"), "class")
 
 
 def check_class_members(view: ConfigView) -> Iterator[Problem]:
     """Every class member is in `actors`, and in at most one class (all matching rules apply)."""
-    listed = view.strings("actors")
-    known = {actor for _, actor in listed} if listed is not None else None
+    known = _listed_actors(view)
     owner: dict[str, str] = {}
     for class_index, entry in view.entries("budgets", "classes"):
         class_name = _name(entry) if isinstance(_name(entry), str) else f"classes[{class_index}]"
@@ -172,10 +186,10 @@ def check_class_members(view: ConfigView) -> Iterator[Problem]:
 
 def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
     """Every suspended actor is in `actors`, listed once: a suspension names an actor the gateway knows."""
-    listed = view.strings("actors")
-    known = {actor for _, actor in listed} if listed is not None else None
-    seen: dict[str, int] = {}
-    for index, actor in view.strings("suspended") or []:
+    known = _listed_actors(view)
+    suspended = view.strings("suspended") or []
+    repeats = _repeated(suspended)
+    for index, actor in suspended:
         key = f"suspended[{index}]"
         if known is not None and actor not in known:
             yield Problem(
@@ -183,10 +197,8 @@ def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
                 f"{actor!r} is not in {PROJECT}:actors: only a listed actor can be suspended. Add it to actors, or "
                 "remove it here (an actor that is not listed has no egress policy and cannot call the gateway)",
             )
-        if actor in seen:
-            yield Problem(key, f"{actor!r} is listed twice (also suspended[{seen[actor]}]): list it once")
-        else:
-            seen[actor] = index
+        if index in repeats:
+            yield Problem(key, f"{actor!r} is listed twice (also suspended[{repeats[index]}]): list it once")
 
 
 def _usd_limit_keys(view: ConfigView) -> list[str]:
@@ -265,17 +277,10 @@ def _provider_names(view: ConfigView) -> list[str] | None:
 
 def check_providers(view: ConfigView) -> Iterator[Problem]:
     """Unique names; one mock at most; the mock has no remote settings; Anthropic needs Agent Router v1.2."""
-    seen: dict[str, int] = {}
+    yield from _names_used_twice(view, ("providers",), "provider")
     mocks = 0
     for index, entry in view.entries("providers"):
         name = _name(entry)
-        if isinstance(name, str):
-            if name in seen:
-                yield Problem(
-                    f"providers[{index}].name",
-                    f"{name!r} is used twice (also providers[{seen[name]}]): provider names must be unique",
-                )
-            seen.setdefault(name, index)
         if entry.get("kind") == "mock":
             mocks += 1
             if mocks == 2:
@@ -310,18 +315,11 @@ def check_routes(view: ConfigView) -> Iterator[Problem]:
             "routes",
             "is empty: declare at least one model route, e.g. [{name: mock, models: [mock-model], provider: mock}]",
         )
+    yield from _names_used_twice(view, ("routes",), "route")
     providers = _provider_names(view)
-    names: dict[str, int] = {}
     served_by: dict[str, str] = {}
     for index, entry in view.entries("routes"):
         name = _name(entry)
-        if isinstance(name, str):
-            if name in names:
-                yield Problem(
-                    f"routes[{index}].name",
-                    f"{name!r} is used twice (also routes[{names[name]}]): route names must be unique",
-                )
-            names.setdefault(name, index)
         provider = entry.get("provider")
         if providers is not None and isinstance(provider, str) and provider not in providers:
             yield Problem(

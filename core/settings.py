@@ -185,62 +185,26 @@ def _limit_problem(tokens: int | None, usd: Decimal | None, per: str | None) -> 
     return None
 
 
-class Limit(_Model):
-    """One limit of a budget: `tokens` or `usd` per fixed, UTC-aligned `per` window."""
+class _LimitFields(_Model):
+    """What a limit is written with: `tokens` or `usd` per a `per` window (a `Limit`, or a `Budget` in the
+    short form)."""
 
     tokens: TokenCount | None = Field(
         default=None,
         description=(
-            f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32). "
-            "Exactly one of `tokens` and `usd`."
+            f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32). Exactly one of "
+            "`tokens` and `usd`; written on a budget itself, the short form (then no `limits`)."
         ),
     )
     usd: UsdAmount | None = Field(
         default=None,
         description=(
             "Dollars each actor may spend per window: 0.01 to 1,000,000, counted in mills ($0.001); calls are priced "
-            "from `prices`. Exactly one of `tokens` and `usd`."
+            "from `prices`. Exactly one of `tokens` and `usd`; written on a budget itself, the short form (then no "
+            "`limits`)."
         ),
     )
-    per: str = Field(description=f"The window: {WINDOWS_TEXT}.")
-
-    @field_validator("tokens", mode="before")
-    @classmethod
-    def _whole_tokens(cls, value: Any) -> Any:
-        return _tokens(value)
-
-    @field_validator("per")
-    @classmethod
-    def _known_unit(cls, value: str) -> str:
-        return _per(value)
-
-    @model_validator(mode="after")
-    def _one_unit(self) -> Limit:
-        problem = _limit_problem(self.tokens, self.usd, self.per)
-        if problem:
-            raise ValueError(problem)
-        return self
-
-
-class Budget(_Model):
-    """A budget: one limit written inline (the short form), or `limits`, every one of which applies."""
-
-    tokens: TokenCount | None = Field(
-        default=None,
-        description=f"Short form: tokens per window, 1 to {MAX_TOKENS:,}. Exactly one of `tokens`, `usd` and `limits`.",
-    )
-    usd: UsdAmount | None = Field(
-        default=None,
-        description="Short form: dollars per window, 0.01 to 1,000,000. Exactly one of `tokens`, `usd` and `limits`.",
-    )
-    per: str | None = Field(default=None, description=f"Short form: the window, {WINDOWS_TEXT}.")
-    limits: list[Limit] | None = Field(
-        default=None,
-        description=(
-            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd, per}}`), every one applies; a budget "
-            "with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
-        ),
-    )
+    per: str | None = Field(default=None, description=f"The window: {WINDOWS_TEXT}.")
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -251,6 +215,31 @@ class Budget(_Model):
     @classmethod
     def _known_unit(cls, value: str | None) -> str | None:
         return _per(value)
+
+
+class Limit(_LimitFields):
+    """One limit of a budget: `tokens` or `usd` per fixed, UTC-aligned `per` window."""
+
+    per: str = Field(description=f"The window: {WINDOWS_TEXT}.")
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Limit:
+        problem = _limit_problem(self.tokens, self.usd, self.per)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+class Budget(_LimitFields):
+    """A budget: one limit written inline (the short form), or `limits`, every one of which applies."""
+
+    limits: list[Limit] | None = Field(
+        default=None,
+        description=(
+            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd, per}}`), every one applies; a budget "
+            "with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
+        ),
+    )
 
     @field_validator("limits", mode="before")
     @classmethod
@@ -1125,20 +1114,6 @@ RETIRED_KEYS: dict[str, RetiredKey] = {
 
 # What the program's config reader puts in place of a secret's value: validation needs only presence.
 SECRET_PLACEHOLDER = "<secret>"
-
-
-def required_secrets(settings: StackSettings) -> list[tuple[str, str]]:
-    """The secret config keys (without prefix) this stack needs, each with what it holds."""
-    needed = [
-        (provider.api_key_config_key, f"the API key of provider {provider.name!r} ({provider.kind})")
-        for provider in settings.providers
-        if provider.needs_api_key
-    ]
-    if settings.redis.mode == "external":
-        needed.append((settings.redis.password_config, "the password of the external Redis"))
-        if settings.redis.sentinel_password_config:
-            needed.append((settings.redis.sentinel_password_config, "the password of the Redis Sentinel nodes"))
-    return needed
 
 
 def secret_set_command(key: str) -> str:

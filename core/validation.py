@@ -40,7 +40,6 @@ from core.settings import (
     PlatformSettings,
     Route,
     StackSettings,
-    required_secrets,
     secret_set_command,
 )
 from core.suspension import suspension_authorization
@@ -186,11 +185,6 @@ def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
     if findings.problems:
         raise ConfigError(findings.problems)
     return StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
-
-
-def secret_problems(settings: StackSettings, state: SecretState) -> list[Problem]:
-    """One problem per required secret that is missing or stored in plain text."""
-    return _secret_problems(((key, purpose) for key, purpose in required_secrets(settings)), state)
 
 
 def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> list[Problem]:
@@ -341,6 +335,5 @@ __all__ = [
     "egress_settings",
     "message_size_problems",
     "parse_settings",
-    "secret_problems",
     "validate_stack",
 ]

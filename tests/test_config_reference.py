@@ -62,7 +62,7 @@ def test_every_key_of_every_model_has_a_row_and_a_description():
 
 def test_the_reference_shows_types_defaults_and_ranges():
     table = render_reference()
-    assert "| `budgets.default.tokens` | integer | unset | Short form" in table
+    assert "| `budgets.default.tokens` | integer | unset | Tokens each actor may spend per window" in table
     assert "| `budgets.default.limits[].per` | string | required |" in table
     assert "| `budgets.classes[].limits[].usd` | number | unset |" in table
     assert "| `prices` | map of maps | `{}` |" in table

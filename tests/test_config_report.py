@@ -429,3 +429,53 @@ def test_parse_settings_reports_field_and_cross_key_problems_together():
     with pytest.raises(ConfigError) as caught:
         parse_settings(raw)
     assert caught.value.keys == ["agent-budgets:budgets.default.per", "agent-budgets:budgets.classes[0].actors[0]"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "expected"),
+    [
+        (
+            config(actors=["agents/actor-a", 7, "agents/actor-b", "agents/actor-c", "agents/actor-a"]),
+            "actors[4]",
+            "'agents/actor-a' is listed twice (also actors[0]): list each actor once",
+        ),
+        (
+            config(
+                budgets={
+                    "default": {"tokens": 5, "per": "Day"},
+                    "classes": [
+                        {"name": "large", "tokens": 9, "per": "Day"},
+                        "not a class",
+                        {"name": "large", "tokens": 7, "per": "Day"},
+                    ],
+                }
+            ),
+            "budgets.classes[2].name",
+            "'large' is used twice (also classes[0]): class names must be unique",
+        ),
+        (
+            config(providers=[{"name": "mock", "kind": "mock"}, {"name": "mock", "kind": "openai"}]),
+            "providers[1].name",
+            "'mock' is used twice (also providers[0]): provider names must be unique",
+        ),
+        (
+            config(
+                routes=[
+                    {"name": "r", "models": ["a"], "provider": "mock"},
+                    {"name": "r", "models": ["b"], "provider": "mock"},
+                ]
+            ),
+            "routes[1].name",
+            "'r' is used twice (also routes[0]): route names must be unique",
+        ),
+        (
+            config(suspended=["agents/actor-a", "agents/actor-a"]),
+            "suspended[1]",
+            "'agents/actor-a' is listed twice (also suspended[0]): list it once",
+        ),
+    ],
+    ids=["actor", "class", "provider", "route", "suspended"],
+)
+def test_a_repeated_entry_names_its_own_index_and_the_first_one(raw, key, expected):
+    """Entries that are not maps or strings keep their place: the indexes are those of the stack file."""
+    assert message_for(raw, key) == expected

@@ -326,7 +326,7 @@ def test_prices_without_usd_limits_need_not_cover_every_model():
         budgets={"default": {"tokens": 500, "per": "Day"}}, prices={"gpt-4o": {"input": 2.5, "output": 10}}
     )
     validated = validate_stack(config, lambda key: (True, True))
-    assert not validated.rules.uses_usd
+    assert not validated.settings.budgets.uses_usd
     run = run_program(config, secrets=SECRETS)
     assert [c["type"] for c in spec(run, "AIGatewayRoute", "gpt")["llmRequestCosts"]] == ["TotalToken"]
 

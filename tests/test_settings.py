@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from core.settings import ConfigError, required_secrets
-from core.validation import parse_settings, secret_problems, validate_stack
+from core.settings import ConfigError
+from core.validation import parse_settings, validate_stack
 from tests.support.program import stack_config
 
 BASE: dict[str, Any] = {
@@ -303,22 +303,38 @@ def test_a_class_may_be_emptied_to_retire_it_without_moving_later_classes():
 
 
 def test_remote_providers_need_their_key_as_a_secret():
-    settings = parse_settings(
-        with_changes(
-            providers=[
-                {"name": "openai", "kind": "openai"},
-                {"name": "claude", "kind": "anthropic", "apiKeyConfig": "anthropicKey"},
-            ],
-            routes=[
-                {"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
-                {"name": "claude", "models": ["claude-sonnet"], "provider": "claude"},
-            ],
-            redis={"mode": "external", "url": "redis.example.internal:6379"},
-        )
+    config = with_changes(
+        providers=[
+            {"name": "openai", "kind": "openai"},
+            {"name": "claude", "kind": "anthropic", "apiKeyConfig": "anthropicKey"},
+        ],
+        routes=[
+            {"name": "gpt", "models": ["gpt-4o"], "provider": "openai"},
+            {"name": "claude", "models": ["claude-sonnet"], "provider": "claude"},
+        ],
+        redis={
+            "mode": "external",
+            "type": "sentinel",
+            "url": "mymaster,sentinel-0.example.internal:26379",
+            "sentinelPasswordConfig": "sentinelKey",
+        },
     )
-    assert [key for key, _ in required_secrets(settings)] == ["openaiApiKey", "anthropicKey", "redisPassword"]
-    state = {"openaiApiKey": (True, True), "anthropicKey": (True, False), "redisPassword": (False, False)}
-    problems = secret_problems(settings, lambda key: state[key])
+    asked: list[str] = []
+    state = {
+        "openaiApiKey": (True, True),
+        "anthropicKey": (True, False),
+        "redisPassword": (False, False),
+        "sentinelKey": (True, True),
+    }
+
+    def secret_state(key: str) -> tuple[bool, bool]:
+        asked.append(key)
+        return state[key]
+
+    with pytest.raises(ConfigError) as caught:
+        validate_stack(config, secret_state)
+    assert sorted(asked) == sorted(state), "every needed secret, and only those, is looked up"
+    problems = caught.value.problems
     assert [problem.key for problem in problems] == ["anthropicKey", "redisPassword"]
     assert problems[0].render().startswith("agent-budgets:anthropicKey: is stored in plain text")
     assert "pulumi config set --secret agent-budgets:anthropicKey" in problems[0].message

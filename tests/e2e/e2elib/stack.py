@@ -8,11 +8,13 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import Settings
 from .kube import Kube
 from .runner import Result, Runner, check
+
+T = TypeVar("T")
 
 # --- is there a live dev stack? ------------------------------------------------------------------
 
@@ -224,71 +226,85 @@ def describe_value(value: Any) -> str:
 
 
 @contextmanager
+def stack_edit(
+    stack: StackConfig,
+    change: str,
+    apply: Callable[[], T],
+    restore: Callable[[], None],
+    settle: Callable[[], None],
+    log: Callable[[str], None] = print,
+) -> Iterator[T]:
+    """The one way a check changes the live stack: `apply` the change and `pulumi up`, wait for `settle`, yield
+    what `apply` returned; afterwards, also when the body fails, `restore` the configuration, `pulumi up` and
+    `settle` again. `change` says what is changed, for the log."""
+    log(f"stack config: {change}; pulumi up")
+    try:
+        result = apply()
+        stack.up()
+        settle()
+        yield result
+    finally:
+        log(f"stack config: restoring what was changed ({change}); pulumi up")
+        restore()
+        stack.up()
+        settle()
+
+
+@contextmanager
 def stack_changes(
     stack: StackConfig,
     changes: Mapping[str, Any],
     settle: Callable[[], None],
     log: Callable[[str], None] = print,
 ) -> Iterator[dict[str, Any]]:
-    """Sets several `agent-budgets:*` keys and runs `pulumi up`; afterwards, also when the body fails,
-    restores every key (the stack file byte for byte) and runs `pulumi up` again. Yields the original
-    value of each key (UNSET for a key the stack did not set)."""
+    """Sets several `agent-budgets:*` keys (whole values); afterwards restores every key (the stack file byte
+    for byte). Yields the original value of each key (UNSET for a key the stack did not set)."""
     originals = {key: stack.get_value(key) for key in changes}
     snapshot = stack.snapshot()
-    log(f"stack config: setting {', '.join(f'{k}={json.dumps(v)}' for k, v in changes.items())}; pulumi up")
-    try:
+
+    def apply() -> dict[str, Any]:
         for key, value in changes.items():
             stack.set_value(key, value)
-        stack.up()
-        settle()
-        yield originals
-    finally:
-        log(f"stack config: restoring {', '.join(changes)}; pulumi up")
-        stack.restore_values(originals, snapshot)
-        stack.up()
-        settle()
+        return originals
+
+    described = ", ".join(f"{key}={json.dumps(value)}" for key, value in changes.items())
+    with stack_edit(
+        stack, f"setting {described}", apply, lambda: stack.restore_values(originals, snapshot), settle, log
+    ) as result:
+        yield result
 
 
 @contextmanager
 def budget_class(
     stack: StackConfig, budget_class: Mapping[str, Any], settle: Callable[[], None], log: Callable[[str], None] = print
 ) -> Iterator[Any]:
-    """Adds a budget class through stack config and `pulumi up`; restores the original config and runs
-    `pulumi up` again afterwards, also when the body fails. Yields the original budgets value."""
+    """Appends a budget class (`pulumi config set --path` of its leaves only); afterwards restores
+    `agent-budgets:budgets`. Yields the original budgets value."""
     original = stack.get_budgets()
     snapshot = stack.snapshot()
-    log(f"stack config: adding budgets class {json.dumps(dict(budget_class))}; pulumi up")
-    try:
+
+    def apply() -> Any:
         stack.add_class(original, budget_class)
-        stack.up()
-        settle()
-        yield original
-    finally:
-        log("stack config: restoring agent-budgets:budgets; pulumi up")
-        stack.restore(original, snapshot)
-        stack.up()
-        settle()
+        return original
+
+    change = f"adding budgets class {json.dumps(dict(budget_class))}"
+    with stack_edit(stack, change, apply, lambda: stack.restore(original, snapshot), settle, log) as result:
+        yield result
 
 
 @contextmanager
 def config_override(
     stack: StackConfig, path: str, value: str, settle: Callable[[], None], log: Callable[[str], None] = print
 ) -> Iterator[None]:
-    """Sets one stack-config leaf (`pulumi config set --path`) and runs `pulumi up`; afterwards puts the stack
-    file back byte for byte (or removes the leaf when there was no file) and runs `pulumi up` again, also
-    when the body fails."""
+    """Sets one stack-config leaf (`pulumi config set --path`); afterwards puts the stack file back byte for
+    byte (or removes the leaf when there was no file)."""
     snapshot = stack.snapshot()
-    log(f"stack config: {path} = {value}; pulumi up")
-    try:
-        stack.set_path(path, value)
-        stack.up()
-        settle()
-        yield
-    finally:
-        log(f"stack config: restoring {path}; pulumi up")
+
+    def restore() -> None:
         if snapshot is not None:
             stack.stack_file.write_bytes(snapshot)
         else:
             check(stack.pulumi("config", "rm", "--path", path), f"pulumi config rm --path {path}")
-        stack.up()
-        settle()
+
+    with stack_edit(stack, f"{path} = {value}", lambda: stack.set_path(path, value), restore, settle, log):
+        yield
