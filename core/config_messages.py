@@ -69,10 +69,25 @@ def field_at(parts: Sequence[str | int]) -> FieldInfo | None:
     return field
 
 
-def _is_map(annotation: Any) -> bool:
+def map_entry_model(parts: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model of the entry a path names when its last part is a key the user chose in a map of models
+    (`("prices", "gpt-4o")` → ModelPrices), else None."""
+    names = [part for part in parts if not isinstance(part, int)]
+    field = field_at(names[:-1]) if len(names) > 1 else None
+    if field is None or not _is_map(field.annotation) or field_at(names) is not field:
+        return None
+    return _inner_model(field.annotation)
+
+
+def unwrap_annotated(annotation: Any) -> Any:
+    """The type inside any number of `Annotated[...]` layers."""
     while typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
-    return typing.get_origin(annotation) is dict
+    return annotation
+
+
+def _is_map(annotation: Any) -> bool:
+    return typing.get_origin(unwrap_annotated(annotation)) is dict
 
 
 def model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
@@ -83,20 +98,14 @@ def model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
     return _inner_model(field.annotation) if field is not None else None
 
 
-def _origin(annotation: Any) -> Any:
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return annotation
-
-
 def expected_text(field: FieldInfo | None) -> str:
     """What a field holds, in stack-file words: `a whole number`, `a list`, `one of 'a', 'b'`, ..."""
     if field is None:
         return "a value"
-    annotation = _origin(field.annotation)
+    annotation = unwrap_annotated(field.annotation)
     options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(options) == 1:
-        annotation = _origin(options[0])
+        annotation = unwrap_annotated(options[0])
     origin = typing.get_origin(annotation)
     if origin is Literal:
         return "one of " + ", ".join(repr(value) for value in typing.get_args(annotation))
@@ -170,15 +179,31 @@ def short(value: Any) -> str:
 
 
 def _list_form(parts: Sequence[str | int], value: Mapping[str, Any]) -> str:
-    """A map the user wrote where a list belongs, rewritten as that list."""
+    """A map the user wrote where a list belongs, rewritten as that list (after "write it ")."""
     item_model = model_at([*parts, 0])
-    if item_model is not None and "name" in aliases(item_model) and all(isinstance(v, Mapping) for v in value.values()):
-        items: list[Any] = [{"name": key, **entry} for key, entry in value.items()]
+    fields = set(aliases(item_model)) if item_model is not None else set()
+    if value and set(value) <= fields:
+        items: list[Any] = [dict(value)]  # one entry written without its `- `
+    elif "name" in fields and all(isinstance(v, Mapping) for v in value.values()):
+        items = [{"name": key, **entry} for key, entry in value.items()]
     elif all(entry is None for entry in value.values()):
         items = list(value)
     else:
-        return "write one `- ` line per entry"
+        return "as a list, one `- ` line per entry"
     return f"as a list: {parts[-1]}: {flow_yaml(items)}"
+
+
+def _required(model: type[BaseModel]) -> list[str]:
+    return [alias for alias, name in aliases(model).items() if model.model_fields[name].is_required()]
+
+
+def _map_entry_fields(model: type[BaseModel]) -> str:
+    """`input and output (required), cachedInput and cacheWrite (optional)` for the entries of a map."""
+    required = _required(model)
+    optional = [alias for alias in aliases(model) if alias not in required]
+    parts = [f"{' and '.join(required)} (required)"] if required else []
+    parts += [f"{' and '.join(optional)} (optional)"] if optional else []
+    return ", ".join(parts)
 
 
 def describe_field_error(error: ErrorDetails) -> Problem:
@@ -196,6 +221,14 @@ def describe_field_error(error: ErrorDetails) -> Problem:
         return Problem(key, "required but not set: add it to Pulumi.<stack>.yaml")
     if kind == "value_error":
         return Problem(key, message)
+    entry_model = map_entry_model(parts)
+    if value is None and entry_model is not None:
+        example = ", ".join(f"{name}: <value>" for name in _required(entry_model))
+        return Problem(
+            key,
+            f"is empty (YAML null: `~`, `null` or nothing after the colon): give {parts[-1]} its settings, "
+            f"{_map_entry_fields(entry_model)}, e.g. {parts[-1]}: {{{example}}}",
+        )
     if value is None:
         default = default_text(field)
         fix = f"remove the key to use the default ({default})" if default else "it is required"

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from core.config_messages import aliases, flow_yaml
+from core.config_messages import aliases, flow_yaml, unwrap_annotated
 from core.settings import RETIRED_KEYS, StackSettings
 
 
@@ -34,18 +34,12 @@ class ReferenceRow:
     rule: str
 
 
-def _unwrap(annotation: Any) -> Any:
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return annotation
-
-
 def _optional_inner(annotation: Any) -> tuple[Any, bool]:
-    annotation = _unwrap(annotation)
+    annotation = unwrap_annotated(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(options) == 1:
-            return _unwrap(options[0]), True
+            return unwrap_annotated(options[0]), True
     return annotation, False
 
 
@@ -56,12 +50,12 @@ def type_text(annotation: Any) -> str:
     if origin is Literal:
         return " \\| ".join(f"`{value}`" for value in typing.get_args(inner))
     if origin is list:
-        item = _unwrap(typing.get_args(inner)[0])
+        item = unwrap_annotated(typing.get_args(inner)[0])
         if isinstance(item, type) and issubclass(item, BaseModel):
             return "list of maps"
         return f"list of {type_text(item)}s"
     if origin is dict:
-        value = _unwrap(typing.get_args(inner)[1])
+        value = unwrap_annotated(typing.get_args(inner)[1])
         if isinstance(value, type) and issubclass(value, BaseModel):
             return "map of maps"
         return f"map of {type_text(value)}s"
@@ -121,7 +115,7 @@ def _item_model(annotation: Any) -> type[BaseModel] | None:
     if isinstance(inner, type) and issubclass(inner, BaseModel):
         return inner
     if typing.get_origin(inner) in (list, dict):
-        item = _unwrap(typing.get_args(inner)[-1])
+        item = unwrap_annotated(typing.get_args(inner)[-1])
         if isinstance(item, type) and issubclass(item, BaseModel):
             return item
     return None

@@ -708,7 +708,8 @@ class PlatformSettings(_Model):
     extension_message_limit: Annotated[str, BeforeValidator(_message_size_text)] = Field(
         default=EXTENSION_MESSAGE_LIMIT_DEFAULT,
         description=(
-            "Cap on the one message Envoy Gateway sends Agent Router's extension server (set on both ends: Envoy "
+            "Cap on the one message Envoy Gateway sends Agent Router's extension server, a quantity such as `16Mi` or "
+            "a number of bytes (set on both ends: Envoy "
             "Gateway `extensionManager.maxMessageSize`, Agent Router `controller.maxRecvMsgSize`); the preview "
             "refuses budgets and routes whose message would not fit with 25% headroom. See docs/message-size.md."
         ),

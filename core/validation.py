@@ -143,7 +143,7 @@ def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> tuple[dict[str, 
                 Problem(
                     key,
                     f"is a secret that no setting uses: remove it (`pulumi config rm {PROJECT}:{key}`), or name it in "
-                    "providers[].apiKeyConfig or redis.passwordConfig",
+                    "providers[].apiKeyConfig, redis.passwordConfig or redis.sentinelPasswordConfig",
                 )
             )
             continue

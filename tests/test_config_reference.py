@@ -89,3 +89,14 @@ def test_the_readme_error_example_is_the_programs_real_output():
     printed = ("error: " + str(caught.value)).splitlines()
     assert shown == printed
     assert len(caught.value.problems) >= 3
+
+
+def test_the_secrets_section_names_every_setting_that_names_a_secret():
+    """Each key whose value is the name of a secret config key (its description says **secret**) is in the
+    Secrets section of docs/configuration.md, so a new one (like redis.sentinelPasswordConfig) is not missed."""
+    document = CONFIGURATION_DOC.read_text(encoding="utf-8")
+    secrets = document.split("## Secrets\n", 1)[1].split("\n## ", 1)[0]
+    named = [row.key for row in reference_rows() if "**secret**" in row.rule]
+    assert named == ["providers[].apiKeyConfig", "redis.passwordConfig", "redis.sentinelPasswordConfig"]
+    for key in named:
+        assert f"`{key}`" in secrets or f"`{key.rsplit('.', 1)[-1]}`" in secrets, key

@@ -479,3 +479,49 @@ def test_parse_settings_reports_field_and_cross_key_problems_together():
 def test_a_repeated_entry_names_its_own_index_and_the_first_one(raw, key, expected):
     """Entries that are not maps or strings keep their place: the indexes are those of the stack file."""
     assert message_for(raw, key) == expected
+
+
+# --- messages that name the fix (review 1, S5) ----------------------------------------------------------------
+
+
+def test_one_limit_written_as_a_map_is_shown_as_the_list_it_belongs_in():
+    raw = config(budgets={"default": {"limits": {"tokens": 5, "per": "Day"}}})
+    assert message_for(raw, "budgets.default.limits") == (
+        "got a map where a list belongs: write it as a list: limits: [{tokens: 5, per: Day}]"
+    )
+
+
+def test_a_map_that_is_no_list_entry_gets_a_sentence_that_reads():
+    raw = config(budgets={"default": {"limits": {"hourly": 5, "daily": 50}}})
+    assert message_for(raw, "budgets.default.limits") == (
+        "got a map where a list belongs: write it as a list, one `- ` line per entry"
+    )
+
+
+def test_a_null_price_names_the_price_fields_to_write():
+    """`field_at` passes over the model name, so the message must not offer the default of `prices` ({})."""
+    message = message_for(config(prices={"gpt-4o": None}), "prices.gpt-4o")
+    assert message == (
+        "is empty (YAML null: `~`, `null` or nothing after the colon): give gpt-4o its settings, input and "
+        "output (required), cachedInput and cacheWrite (optional), e.g. gpt-4o: {input: <value>, output: <value>}"
+    )
+
+
+@pytest.mark.parametrize("written", [16777216, "16777216", "16Mi"])
+def test_the_message_limit_may_be_a_yaml_integer_as_its_own_message_suggests(written):
+    """Envoy Gateway's maxMessageSize is a quantity (int or string); a YAML int is a byte count."""
+    validated = validate_stack(config(platform={"extensionMessageLimit": written}), lambda key: (True, True))
+    assert validated.settings.platform.extension_message_bytes == 16 * 1024 * 1024
+    message = message_for(config(platform={"extensionMessageLimit": "16MiB"}), "platform.extensionMessageLimit")
+    assert message == (
+        "extensionMessageLimit '16MiB' is not a whole quantity: write e.g. 16Mi, 16M or 16777216 (suffixes Ki, Mi, "
+        "Gi, k, M, G)"
+    )
+
+
+def test_an_unused_secret_names_every_setting_that_can_use_one():
+    message = message_for({**config(), "staleKey": "<secret>"}, "staleKey")
+    assert message == (
+        "is a secret that no setting uses: remove it (`pulumi config rm agent-budgets:staleKey`), or name it in "
+        "providers[].apiKeyConfig, redis.passwordConfig or redis.sentinelPasswordConfig"
+    )
