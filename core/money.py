@@ -3,7 +3,17 @@
 Pure functions over plain data (no Pulumi, no settings models), shared by the settings validation,
 the budget rules, the route manifests, the policy pack and the tests.
 
-How a call is priced (facts from upstream, each checked in source):
+How a call is priced (facts from upstream, each checked in source). The program deploys Agent Router v1.2.1
+by default (`platform.agentRouterVersion`), but no v1.2.x tag could be read where this was written: the
+envoyproxy/ai-gateway history ends at v1.1.0, and the theagentrouter/agent-router copies available hold
+untagged commits only. So the facts are cited at envoyproxy/ai-gateway v1.1.0, and the expression uses only
+the CEL variables v1.1.0 declares, which the later source keeps (theagentrouter/agent-router
+`internal/llmcostcel/cel.go` at commits c934db19 and 74fe06c9 declares the same names and two more,
+`cache_creation_5m_input_tokens` and `cache_creation_1h_input_tokens`, from envoyproxy/ai-gateway PR 2677,
+opened 2026-09-11 and absent from the v1.2.0 release notes). Those two would price a 1-hour cache write apart
+from a 5-minute one; they are not used, because a variable the deployed controller does not declare fails
+compilation and the controller refuses the whole route. Once a pinned release is confirmed to declare them,
+an optional `cacheWrite1h` price can use them.
 
 * Agent Router evaluates a route's `llmRequestCosts` entry of `type: CEL` once per response, at the
   end of the body or stream, and stores the result under its `metadataKey` in the dynamic-metadata

@@ -237,6 +237,9 @@ def test_random_usage_matches_the_python_reference_and_rounds_up_by_less_than_a_
 
 
 def test_only_agent_router_variables_are_used():
+    """Only the v1.1.0 variables: the cache-write breakdown by TTL is in later Agent Router source, but could not
+    be confirmed at the deployed v1.2.1 (core/money.py), and an undeclared variable makes the controller refuse
+    the route."""
     expression = route_cost_cel(list(PRICES), PRICES)
     without_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)
     identifiers = set(re.findall(r"\b[a-z_][a-z_0-9]*\b", without_strings))
@@ -245,6 +248,7 @@ def test_only_agent_router_variables_are_used():
     assert identifiers - macro_variables - keywords <= set(AGENT_ROUTER_VARIABLES)
     assert {"input_tokens", "cached_input_tokens", "cache_creation_input_tokens", "output_tokens"} <= identifiers
     assert "reasoning_tokens" not in identifiers and "total_tokens" not in identifiers
+    assert not identifiers & {"cache_creation_5m_input_tokens", "cache_creation_1h_input_tokens"}
 
 
 @pytest.mark.parametrize("name", ['gpt-"4o"', "back\\slash", "new\nline", "tab\tand\x7f", "ünïcødé-模型", "a'b"])
@@ -334,3 +338,16 @@ def test_cache_prices_default_to_the_input_price():
     assert price.cached_input == price.cache_write == Decimal(3)
     explicit = ModelPrice.of(input=3, output=15, cached_input=0, cache_write=3.75)
     assert (explicit.cached_input, explicit.cache_write) == (0, Decimal("3.75"))
+
+
+def test_the_money_facts_name_the_agent_router_version_deployed_by_default():
+    """core/money.py and docs/money-and-windows.md say which version they could check against the deployed one."""
+    from pathlib import Path
+
+    from core import money
+    from core.settings import PlatformSettings
+
+    deployed = f"Agent Router {PlatformSettings().agent_router_version}"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "money-and-windows.md").read_text(encoding="utf-8")
+    for text in (money.__doc__ or "", page):
+        assert deployed in " ".join(text.split()), "name the deployed version when it changes"
