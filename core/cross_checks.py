@@ -25,6 +25,7 @@ from core.settings import (
     PROVIDER_DEFAULT_HOSTS,
     REDIS_EXTERNAL_ONLY,
     REDIS_IN_CLUSTER_ONLY,
+    RedisSettings,
     StackSettings,
     redis_url_problem,
     version_tuple,
@@ -407,8 +408,6 @@ def check_redis_mode(view: ConfigView) -> Iterator[Problem]:
 @functools.cache
 def aliases_of_redis() -> dict[str, str]:
     """Python field name → stack-file key of the Redis settings."""
-    from core.settings import RedisSettings
-
     return {name: alias for alias, name in aliases(RedisSettings).items()}
 
 

@@ -774,7 +774,10 @@ class RedisSettings(_Model):
         ),
     )
     type: RedisType = Field(default="single", description="External only: `single`, `sentinel` or `cluster`.")
-    tls: bool = Field(default=False, description="External only: TLS, verified against the system roots.")
+    tls: bool = Field(
+        default=False,
+        description="External only: TLS, verified against the system roots or against `tlsCaCertificate`.",
+    )
     password_config: str = Field(
         default="redisPassword",
         description=(

@@ -410,7 +410,11 @@ def test_admitted_calls_and_titles():
         "22nd",
         "27th",
     ]
-    assert checks.exhaustion_title(500, 200, "Day") == TITLES[3]
+    assert checks.exhaustion_title(500, 200, "Day") == (
+        "Actor A's 4th call gets 429 (500 tokens/day, 200 per call); actor B still gets 200"
+    )
+    assert checks.exhaustion_title(1_000, 300, "Hour").startswith("Actor A's 5th call gets 429 (1000 tokens/hour")
+    assert "tokens" not in TITLES[3] and "per call" not in TITLES[3], "the listed title must not restate the stack"
     assert sorted(TITLES) == list(range(1, 15))
 
 

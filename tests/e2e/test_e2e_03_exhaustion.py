@@ -1,4 +1,5 @@
-"""Check 3: at 500 tokens per Day and 200 per call, actor-a's 4th call gets 429; actor-b still gets 200."""
+"""Check 3: actor-a calls until its default budget is spent (limit and cost per call read from the stack file):
+the call after the one that crosses it gets 429; actor-b still gets 200."""
 
 import pytest
 

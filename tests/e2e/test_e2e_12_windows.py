@@ -1,7 +1,7 @@
 """Check 12: a class with two windows, 600 tokens per Hour and 5,000 per Day, at 200 tokens a call. Every
 call charges both counters; the Hour limit admits 4 calls and refuses the 5th while the Day counter
 (800) is far from its limit. budgetPolicy.limitSlots is raised to 2 for the check (the default budget's
-first limit is rule 0 whatever the slots, so the default counters stay where they are) and restored.
+block starts at rule 0 whatever the slots, so the default counters stay where they are) and restored.
 """
 
 import json

@@ -20,7 +20,8 @@ from .verdict import Verdict
 TITLES: dict[int, str] = {
     1: "Actor A and actor B each complete a call; tokens are metered per actor",
     2: "Actor A sends x-actor-id: actor/agents/actor-b and is still charged as actor A",
-    3: "Actor A's 4th call gets 429 (500 tokens/day, 200 per call); actor B still gets 200",
+    # The run's own title names the stack's limit and cost per call (exhaustion_title).
+    3: "Actor A's call after the one that crosses its default budget gets 429; actor B still gets 200",
     4: "An actor with no egress rule for Agent Router cannot reach it (one with a rule can); nothing reaches it",
     5: "A caller that is not an actor, sending no token, a forged JWT or a bare x-actor-id, gets 401",
     6: "A streamed call that did not ask for usage is charged when the stream ends",
