@@ -13,7 +13,7 @@ import pulumi
 import pulumi.runtime.config as runtime_config
 
 from components.stack import build_stack
-from core.settings import PROJECT, SECRET_PLACEHOLDER, ConfigError, decode_config_value
+from core.settings import PROJECT, SECRET_PLACEHOLDER, SECRET_SECTIONS, ConfigError, decode_config_value
 from core.validation import ValidatedStack, validate_stack
 
 
@@ -25,11 +25,14 @@ def read_raw_config(project: str = PROJECT) -> dict[str, Any]:
     for full_key in sorted(keys):
         if not full_key.startswith(prefix):
             continue
-        if runtime_config.is_config_secret(full_key):
+        key = full_key.removeprefix(prefix)
+        if runtime_config.is_config_secret(full_key) and key not in SECRET_SECTIONS:
             # Secret values are read only where they are used (as Outputs); here, only their presence.
-            raw[full_key.removeprefix(prefix)] = SECRET_PLACEHOLDER
+            raw[key] = SECRET_PLACEHOLDER
             continue
-        raw[full_key.removeprefix(prefix)] = decode_config_value(runtime_config.get_config(full_key))
+        # A section stored as a secret (a kubeconfig's contents inside `kubernetes`) is read: the program
+        # needs its settings, and keeps the sensitive values secret (components.stack, the egress shards).
+        raw[key] = decode_config_value(runtime_config.get_config(full_key))
     return raw
 
 

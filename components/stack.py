@@ -16,16 +16,23 @@ from components.models import Models
 from components.monitoring import Monitoring
 from components.platform_releases import Platform
 from core.budget_rules import BudgetRules
+from core.kubeconfig import is_contents as kubeconfig_is_contents
 from core.settings import PROJECT, StackSettings
 from core.validation import egress_settings
 
 
 def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
-    """The one explicit Kubernetes provider: the kube context comes from config, never the ambient one."""
+    """The one explicit Kubernetes provider: the kube context comes from config, never the ambient one.
+
+    Kubeconfig contents hold credentials: they reach the provider (and so the state) only as a secret.
+    """
+    kubeconfig: str | pulumi.Output[str] | None = settings.kubernetes.kubeconfig
+    if kubeconfig and kubeconfig_is_contents(kubeconfig):
+        kubeconfig = pulumi.Output.secret(kubeconfig)
     return k8s.Provider(
         "kubernetes",
         context=settings.kubernetes.context,
-        kubeconfig=settings.kubernetes.kubeconfig,
+        kubeconfig=kubeconfig,
         enable_server_side_apply=True,
     )
 

@@ -98,6 +98,12 @@ def model_at(parts: Sequence[str | int]) -> type[BaseModel] | None:
     return _inner_model(field.annotation) if field is not None else None
 
 
+def is_sensitive(field: FieldInfo | None) -> bool:
+    """Whether a field may hold credentials, so that no message shows its value."""
+    extra = field.json_schema_extra if field is not None else None
+    return isinstance(extra, dict) and extra.get("sensitive") is True
+
+
 def expected_text(field: FieldInfo | None) -> str:
     """What a field holds, in stack-file words: `a whole number`, `a list`, `one of 'a', 'b'`, ..."""
     if field is None:
@@ -214,6 +220,9 @@ def describe_field_error(error: ErrorDetails) -> Problem:
     value = error.get("input")
     field = field_at(parts)
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if is_sensitive(field) and kind not in {"extra_forbidden", "missing"}:
+        # Never echo what may be credentials (kubeconfig contents): say what the key takes instead.
+        return Problem(key, f"got a value that is not {expected_text(field)} (not shown: it may hold credentials)")
 
     if kind == "extra_forbidden":
         return unknown_key_problem(parts[:-1], str(parts[-1]), value)

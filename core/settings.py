@@ -364,8 +364,9 @@ class KubernetesSettings(_Model):
         default=None,
         description=(
             "Kubeconfig path or contents, for the Kubernetes provider and `kubectl ate`; unset means the kubeconfig "
-            "default path. Contents are kept secret."
+            "default path. Contents are kept secret: store them with `pulumi config set --secret --path`."
         ),
+        json_schema_extra={"sensitive": True},
     )
 
     @field_validator("context")
@@ -1118,6 +1119,11 @@ RETIRED_KEYS: dict[str, RetiredKey] = {
 
 # What the program's config reader puts in place of a secret's value: validation needs only presence.
 SECRET_PLACEHOLDER = "<secret>"
+# Sections that may be stored as Pulumi secrets because a value in them can hold credentials (kubeconfig
+# contents). Pulumi marks the whole `agent-budgets:kubernetes` object secret when one value inside it is
+# (`pulumi config set --secret --path`), so the program reads these sections' values, keeps the sensitive
+# ones secret in state and never shows them in a message.
+SECRET_SECTIONS = frozenset({"kubernetes"})
 
 
 def secret_set_command(key: str) -> str:

@@ -121,6 +121,7 @@ def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> tuple[dict[str, 
     for key, value in raw.items():
         if key in TOP_LEVEL_KEYS:
             if value == SECRET_PLACEHOLDER:
+                # The value was not handed over (only sections in SECRET_SECTIONS are read when secret).
                 findings.problems.append(
                     Problem(
                         key,

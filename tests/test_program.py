@@ -356,3 +356,69 @@ def test_both_ends_of_the_extension_message_get_the_limit_when_installed_elsewhe
     [release] = [r for r in installed.of_kind("Release") if r.inputs["name"] == "aieg"]
     assert release.inputs["values"] == outside["agentRouterValues"], "the output is what the release would get"
     assert "agentRouterValues" not in installed.outputs and "envoyGatewayValues" not in installed.outputs
+
+
+KUBECONFIG_CONTENTS = json.dumps(
+    {
+        "apiVersion": "v1",
+        "clusters": [{"name": "prod", "cluster": {"server": "https://prod.example:6443"}}],
+        "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "deployer"}}],
+        "users": [{"name": "deployer", "user": {"token": "kubeconfig-token-0123456789"}}],
+    },
+    indent=2,
+)
+
+
+def _unwrapped(value: Any) -> Any:
+    """The inputs with every secret replaced by a marker: what would show in plain text."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return "<secret>"
+        return {key: _unwrapped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unwrapped(item) for item in value]
+    return value
+
+
+def test_a_kubernetes_section_stored_as_a_secret_is_read_and_its_kubeconfig_stays_secret():
+    """`pulumi config set --secret --path agent-budgets:kubernetes.kubeconfig ...` makes the whole section secret
+    (Pulumi marks an object secret when a value inside it is): the program still reads it, and the contents
+    reach the Kubernetes provider and the egress shards only as secrets, never an output."""
+    config = stack_config("dev")
+    del config["kubernetes"]
+    run = run_program(
+        config, secrets={"kubernetes": json.dumps({"context": "prod", "kubeconfig": KUBECONFIG_CONTENTS})}
+    )
+    [provider] = [r for r in run.resources if r.type == "pulumi:providers:kubernetes"]
+    assert provider.inputs["context"] == "prod"
+    secret = {rpc._special_sig_key: rpc._special_secret_sig, "value": KUBECONFIG_CONTENTS}
+    assert provider.inputs["kubeconfig"] == secret
+    shards = [r for r in run.resources if r.type == "pulumi-python:dynamic:EgressPolicyShard"]
+    assert shards and all(r.inputs["kube_context"] == "prod" for r in shards)
+    assert all(r.inputs["kubeconfig"] == secret for r in shards)
+    plain = json.dumps([_unwrapped(r.inputs) for r in run.resources], default=str)
+    assert "kubeconfig-token-0123456789" not in plain
+    assert "kubeconfig-token-0123456789" not in json.dumps(run.outputs, default=str)
+
+
+def test_a_bad_kubeconfig_in_a_secret_section_is_reported_without_its_value():
+    config = stack_config("dev")
+    del config["kubernetes"]
+    secret_section = {"context": "prod", "kubeconfig": {"users": [{"token": "kubeconfig-token-0123456789"}]}}
+    with pytest.raises(pulumi.RunError) as caught:
+        run_program(config, secrets={"kubernetes": json.dumps(secret_section)})
+    message = str(caught.value)
+    assert (
+        "agent-budgets:kubernetes.kubeconfig: got a value that is not text (not shown: it may hold credentials)"
+        in message
+    )
+    assert "kubeconfig-token" not in message
+
+
+def test_other_sections_stored_as_secrets_are_still_refused():
+    config = stack_config("dev")
+    budgets = config.pop("budgets")
+    with pytest.raises(
+        pulumi.RunError, match="agent-budgets:budgets: is stored as a secret, but it is plain configuration"
+    ):
+        run_program(config, secrets={"budgets": json.dumps(budgets)})
