@@ -153,7 +153,14 @@ verify_substrate_features() {
     die "the pinned Substrate ref lacks what agent-budgets needs; pin a newer ref in scripts/versions.env"
   fi
   # The IdP binary alone is not enough: ate-setup must deploy it (Service idp), or every actor call gets 401.
-  facts idp-install "${src}" "${SUBSTRATE_REF}" >/dev/null || die "Substrate ${SUBSTRATE_REF} cannot serve actor JWKS (above)"
+  # An IdP deployed by other means is declared with SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1; substrate-install
+  # then still requires Service idp in ate-system with a ready endpoint (require_idp_ready).
+  if [[ "${SUBSTRATE_IDP_DEPLOYED_SEPARATELY:-0}" == "1" ]]; then
+    info "IdP: deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1); substrate-install checks that Service idp serves"
+  else
+    facts idp-install "${src}" "${SUBSTRATE_REF}" >/dev/null ||
+      die "Substrate ${SUBSTRATE_REF} cannot serve actor JWKS (above): pin a ref whose installer deploys ate-idp-server, or deploy it behind Service idp in ate-system yourself and run again with SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1"
+  fi
   # probe/actor-template.yaml.tmpl carries the snapshot block in the shape this ref's own templates use.
   facts snapshot-block "${src}" "gs://${SNAPSHOT_BUCKET}/agent-budgets/" "${SUBSTRATE_REF}" >/dev/null ||
     die "cannot write an ActorTemplate for Substrate ${SUBSTRATE_REF} (above)"

@@ -1451,10 +1451,10 @@ def stub_root(tmp_path):
     )
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_STATE": str(state), "HOME": str(tmp_path)}
 
-    def run(*steps, path=None):
+    def run(*steps, path=None, extra_env=None):
         done = subprocess.run(
             ["bash", str(root / "scripts" / "up.sh"), *steps],
-            env={**env, **({"PATH": path} if path else {})},
+            env={**env, **({"PATH": path} if path else {}), **(extra_env or {})},
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
@@ -1707,6 +1707,10 @@ def test_up_substrate_source_checks_that_the_installer_deploys_the_idp(stub_root
     done, _ = stub_root("substrate-source")
     assert done.returncode == 1
     assert "install manifests (manifests/ate-install) have no workload running cmd/ate-idp-server" in done.stderr
+    assert "or deploy it behind Service idp in ate-system yourself" in done.stderr
+    declared, _ = stub_root("substrate-source", extra_env={"SUBSTRATE_IDP_DEPLOYED_SEPARATELY": "1"})
+    assert declared.returncode == 0, declared.stderr
+    assert "IdP: deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1)" in declared.stdout + declared.stderr
     (src / "manifests/ate-install/idp.yaml").write_text(IDP_MANIFEST)
     done, _ = stub_root("substrate-source")
     assert done.returncode == 0, done.stderr
