@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
-from core.cross_checks import MISSING, ConfigView, cross_key_problems, no_actors_finding, price_warnings
+from core.cross_checks import ConfigView, cross_key_problems, no_actors_finding, price_warnings
 from core.egress import EgressPolicySettings, settings_problems
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
 from core.money import MoneyError, route_cost_entry
@@ -66,7 +66,6 @@ EGRESS_INPUT_KEYS = {
     "extra_hostnames": "substrate.egress.extraHostnames",
     "rules": "substrate.egress",
 }
-EGRESS_SECTIONS = ("actors", "kubernetes", "gateway", "substrate", "providers")
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,6 @@ class _Findings:
 
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
-
-    def touches(self, *prefixes: str) -> bool:
-        """Whether any problem concerns a key under one of these top-level keys."""
-        return any(
-            p.key == prefix or p.key.startswith((f"{prefix}.", f"{prefix}["))
-            for p in self.problems
-            for prefix in prefixes
-        )
 
 
 def expected_secret_keys(view: ConfigView) -> dict[str, str]:
@@ -114,8 +105,8 @@ def expected_secret_keys(view: ConfigView) -> dict[str, str]:
     return needed
 
 
-def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Sections (known top-level keys) and secret-looking keys; every other key becomes a problem."""
+def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> dict[str, Any]:
+    """The sections (known top-level keys); a key that is neither a section nor a needed secret is a problem."""
     sections: dict[str, Any] = {}
     others: dict[str, Any] = {}
     for key, value in raw.items():
@@ -149,7 +140,7 @@ def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> tuple[dict[str, 
             )
             continue
         findings.problems.append(flat_key_problem(key, value) or unknown_key_problem([], key, value))
-    return sections, {key: value for key, value in others.items() if key in secrets}
+    return sections
 
 
 def _field_problems(sections: Mapping[str, Any], findings: _Findings) -> frozenset[str]:
@@ -166,7 +157,7 @@ def _field_problems(sections: Mapping[str, Any], findings: _Findings) -> frozens
 def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
     """Steps 1-3: key shape, fields, cross-key checks."""
     findings = _Findings()
-    sections, _ = _split_keys(raw, findings)
+    sections = _split_keys(raw, findings)
     failed = _field_problems(sections, findings)
     view = ConfigView(sections, failed)
     errors, warnings = no_actors_finding(view)
@@ -315,19 +306,19 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
     if view.typed("providers") is not None and view.typed("redis") is not None:
         findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))
 
-    settings: StackSettings | None = None
-    if not findings.problems:
-        settings = StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
-    if settings is not None and not findings.touches(*EGRESS_SECTIONS):
-        findings.problems.extend(egress_problems(settings))
-
-    if findings.problems or settings is None or rules is None:
-        raise ConfigError(findings.problems or [Problem("", "the configuration could not be read")])
+    if findings.problems:
+        raise ConfigError(findings.problems)
+    # Every field and cross-key check passed, so the model validates and the rules compiled.
+    settings = StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
+    assert rules is not None
+    # Substrate's own constraints are a backstop behind the field checks: they run on settings known good.
+    egress = egress_problems(settings)
+    if egress:
+        raise ConfigError(egress)
     return ValidatedStack(settings, rules, tuple(findings.warnings))
 
 
 __all__ = [
-    "MISSING",
     "ConfigError",
     "Problem",
     "SecretState",
