@@ -35,6 +35,7 @@ from core.platform_values import (
     redis_namespace_labels,
     redis_network_policy_spec,
     redis_private_ca,
+    redis_sentinel_password_config,
     redis_server_config,
     redis_service_spec,
     redis_stateful_set_spec,
@@ -100,8 +101,9 @@ class RateLimitStore(pulumi.ComponentResource):
 
         # envoy-ratelimit reads REDIS_AUTH (and REDIS_SENTINEL_AUTH) from this Secret, in its own namespace.
         secrets: dict[str, pulumi.Input[str]] = {PASSWORD_KEY: password}
-        if redis.mode == "external" and redis.type == "sentinel" and redis.sentinel_password_config:
-            sentinel = read_external_password(redis, redis.sentinel_password_config)
+        sentinel_key = redis_sentinel_password_config(redis)
+        if sentinel_key is not None:
+            sentinel = read_external_password(redis, sentinel_key)
             secrets[SENTINEL_PASSWORD_KEY] = pulumi.Output.secret(sentinel)
         self.client_secret = Secret(
             f"{name}-ratelimit-auth",

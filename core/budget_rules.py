@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from core.money import USD_METADATA_KEY, mills_to_usd, usd_to_mills
+from core.money import UINT32_MAX, USD_METADATA_KEY, mills_to_usd, usd_to_mills
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig
 
@@ -54,7 +54,7 @@ MAX_LIMIT_SLOTS = MAX_LIMITS_PER_BUDGET
 """The most limits one budget may have (budgetPolicy.limitSlots)."""
 LIMIT_SLOTS_ANNOTATION = "agent-budgets.dev/limit-slots"
 """On the budget policy: its budgetPolicy.limitSlots, so a reader can tell which rules form one budget."""
-RESERVED_LIMIT = {"requests": 4_294_967_295, "unit": "Year"}
+RESERVED_LIMIT = {"requests": UINT32_MAX, "unit": "Year"}
 """A reserved slot's limit: it matches nobody, and would never refuse anyone if it did."""
 
 # Matches no string at all: `$` is the end of the text, so nothing can follow it.

@@ -137,7 +137,7 @@ def ratelimit_container_env(
         env.append({"name": "REDIS_TYPE", "value": redis_type})
     if redis_type == "CLUSTER":
         env.append({"name": "REDIS_PIPELINE_WINDOW", "value": CLUSTER_PIPELINE_WINDOW})
-    if redis_type == "SENTINEL" and redis.sentinel_password_config:
+    if redis_sentinel_password_config(redis) is not None:
         # envoyproxy/ratelimit src/settings/settings.go REDIS_SENTINEL_AUTH: the Sentinels' own password.
         sentinel = {"secretKeyRef": {"name": secret_name, "key": SENTINEL_PASSWORD_KEY}}
         env.append({"name": "REDIS_SENTINEL_AUTH", "valueFrom": sentinel})
@@ -145,6 +145,13 @@ def ratelimit_container_env(
         # REDIS_TLS_CACERT is a file path (settings.go, utils.TlsConfigFromFiles): the CA is mounted there.
         env.append({"name": "REDIS_TLS_CACERT", "value": f"{REDIS_CA_DIR}/{REDIS_CA_KEY}"})
     return env
+
+
+def redis_sentinel_password_config(redis: RedisSettings) -> str | None:
+    """The secret config key of the Sentinels' own password, when envoy-ratelimit must send one."""
+    if redis_type_env(redis) == "SENTINEL" and redis.sentinel_password_config:
+        return redis.sentinel_password_config
+    return None
 
 
 def redis_private_ca(redis: RedisSettings) -> str | None:

@@ -91,7 +91,23 @@ class AppliedRule:
         return self.domain, self.entries
 
 
-def _header_matches(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def shared_domain(policy_namespace: str, policy_name: str) -> str:
+    """The rate-limit domain of a policy's shared rules."""
+    return f"{policy_namespace}/{policy_name}"
+
+
+def shared_rule_key(policy_namespace: str, policy_name: str, index: int) -> str:
+    """The generic key (descriptor key and value) that opens shared rule `index`'s descriptor."""
+    return f"{shared_domain(policy_namespace, policy_name)}/rule/{index}"
+
+
+def descriptor_key(domain_rule_index: int, position: int) -> str:
+    """The descriptor key of header match `position` of a rule (index counted within its domain)."""
+    return f"rule-{domain_rule_index}-match-{position}"
+
+
+def header_matches(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every header match of a rule, selector after selector (Envoy Gateway concatenates them)."""
     headers: list[Mapping[str, Any]] = []
     for selector in rule.get("clientSelectors") or []:
         headers.extend(selector.get("headers") or [])
@@ -129,7 +145,7 @@ def translation_errors(rules: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every header match Envoy Gateway refuses to translate, one message each (rule and match named)."""
     errors: list[str] = []
     for index, rule in enumerate(rules):
-        for position, match in enumerate(_header_matches(rule)):
+        for position, match in enumerate(header_matches(rule)):
             problem = header_match_error(match)
             if problem is not None:
                 errors.append(f"rule {index} match {position} ({match.get('name')}) is {problem}")
@@ -205,9 +221,9 @@ class PolicyModel:
             domain_index = shared_seen if shared else unshared_seen
             if shared:
                 shared_seen += 1
-                rule_name = f"{policy_namespace}/{policy_name}/rule/{index}"
+                rule_name = shared_rule_key(policy_namespace, policy_name, index)
                 first_entry = (rule_name, rule_name)
-                domain = f"{policy_namespace}/{policy_name}"
+                domain = shared_domain(policy_namespace, policy_name)
             else:
                 assert route_name is not None and listener_name is not None  # checked above
                 unshared_seen += 1
@@ -216,10 +232,10 @@ class PolicyModel:
             entries: list[tuple[str, str | None]] = []
             distinct: set[str] = set()
             gates: dict[_Gate, None] = {}
-            for position, match in enumerate(_header_matches(rule)):
+            for position, match in enumerate(header_matches(rule)):
                 header = str(match["name"]).lower()
                 kind = str(match.get("type") or "Exact")
-                key = f"rule-{domain_index}-match-{position}"
+                key = descriptor_key(domain_index, position)
                 if kind == "Distinct":
                     entries.append((key, header))
                     distinct.add(header)

@@ -25,8 +25,10 @@ from core.problems import PROJECT, ConfigError, Problem
 __all__ = ["PROJECT", "ConfigError", "Problem"]  # re-exported: most callers import them from here
 
 # Envoy Gateway v1.9 RateLimitValue.requests is a uint32 (api/v1alpha1/ratelimit_types.go).
-MAX_TOKENS = 4_294_967_295
+MAX_TOKENS = money.UINT32_MAX
 MAX_LIMITS_PER_BUDGET = 8
+MAX_MODELS_PER_ROUTE = 128
+"""The most model names one route serves."""
 """The documented maximum of `limits` per budget (and of budgetPolicy.limitSlots)."""
 RATE_LIMIT_UNITS = ("Second", "Minute", "Hour", "Day", "Week", "Month", "Year")
 # The fixed Service the EnvoyProxy gives the data plane: every egress policy names this host.
@@ -485,7 +487,7 @@ class Route(_Model):
 
     name: str = Field(description="DNS label, unique; the AIGatewayRoute's name.")
     models: list[str] = Field(
-        min_length=1, max_length=128, description="Model names agents send; each belongs to one route."
+        min_length=1, max_length=MAX_MODELS_PER_ROUTE, description="Model names agents send; each belongs to one route."
     )
     provider: str = Field(description="The `providers[].name` that serves these models.")
     model_name_override: str | None = Field(default=None, description="Model name sent upstream instead.")

@@ -44,9 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.budget_rules import actor_subject, compile_budget_rules, pack_actors
-from core.ratelimit_model import rules_for_actor
-from core.settings import MIB, BudgetsConfig
+from core.ratelimit_model import descriptor_key, header_matches, shared_domain, shared_rule_key
+from core.settings import MAX_MODELS_PER_ROUTE, MIB
 
 GRPC_DEFAULT_MAX_MESSAGE = 4 * MIB
 RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
@@ -181,9 +180,9 @@ def _rule_actions(rule: Mapping[str, Any], generic_key: str, domain_rule_index: 
                 "which is all agent-budgets writes)"
             )
     actions = length_delimited(3, _generic_key_action(generic_key))
-    headers = _concatenated_headers(rule)
+    headers = header_matches(rule)
     for position, match in enumerate(headers):
-        descriptor = f"rule-{domain_rule_index}-match-{position}"
+        descriptor = descriptor_key(domain_rule_index, position)
         kind = match.get("type") or "Exact"
         if kind == "Distinct":
             action = _request_headers_action(str(match["name"]), descriptor)
@@ -193,15 +192,8 @@ def _rule_actions(rule: Mapping[str, Any], generic_key: str, domain_rule_index: 
         actions += length_delimited(3, action)
     if not headers:
         # No match at all: Envoy Gateway adds a generic key rule-<i>-match--1 so the rule applies to all traffic.
-        actions += length_delimited(3, _generic_key_action(f"rule-{domain_rule_index}-match--1"))
+        actions += length_delimited(3, _generic_key_action(descriptor_key(domain_rule_index, -1)))
     return actions
-
-
-def _concatenated_headers(rule: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    headers: list[Mapping[str, Any]] = []
-    for selector in rule.get("clientSelectors") or []:
-        headers.extend(selector.get("headers") or [])
-    return headers
 
 
 def _rule_rate_limits(rule: Mapping[str, Any], generic_key: str, domain_rule_index: int) -> int:
@@ -231,7 +223,7 @@ def rate_limit_domains(
     Raises ValueError for what the model does not cover: non-shared rules (their descriptors name each
     Envoy route, so their size differs per route) and selectors other than header matches.
     """
-    domain = f"{policy_namespace}/{policy_name}"
+    domain = shared_domain(policy_namespace, policy_name)
     rate_limits = 0
     for index, rule in enumerate(rule_specs):
         if rule.get("shared") is not True:
@@ -240,7 +232,7 @@ def rate_limit_domains(
                 "only shared rules)"
             )
         # Every rule is shared, so its index among the shared rules (getDomainRuleIndex) is its index.
-        rate_limits += _rule_rate_limits(rule, f"{domain}/rule/{index}", index)
+        rate_limits += _rule_rate_limits(rule, shared_rule_key(policy_namespace, policy_name, index), index)
     if not rule_specs:
         return {}
     per_route = rate_limits + string_field(4, domain)
@@ -413,10 +405,6 @@ def _message_bytes(rate_limit_bytes_per_route: int, layout: RouteLayout, suspens
     )
 
 
-MAX_MODELS_PER_ROUTE = 128
-"""core.settings.Route.models holds at most this many model names."""
-
-
 def model_names_that_fit(rate_limit_bytes_per_route: int, limit: int, providers: int) -> int:
     """How many model names a configuration with these rate-limit bytes per model route can serve under the
     message `limit` (with the headroom), in as few routes as hold them, from `providers` providers."""
@@ -443,43 +431,3 @@ def format_bytes(size: int) -> str:
     if size >= 1024:
         return f"{size / 1024:.1f} KiB"
     return f"{size} B"
-
-
-# --- what the exclusion slots cost ------------------------------------------------------------------------
-
-SLOT_SAMPLE_ACTOR = "agents/actor-00001"
-"""A default-budget actor whose counter key is measured (names like this one, 11 characters)."""
-SAMPLE_WINDOW_START = 1_767_225_600
-"""2026-01-01T00:00:00Z: a window start with as many digits as any this decade."""
-
-
-@dataclass(frozen=True)
-class SlotCost:
-    """What `budgetPolicy.exclusionSlots` costs, measured on the compiled default rule."""
-
-    slots: int
-    route_bytes: int
-    """Rate-limit bytes on each model route with no class at all (every slot holds the match-nothing
-    pattern): the floor the slot count sets."""
-    counter_key_bytes: int
-    """Length of one default-budget actor's Redis counter key: every slot adds its descriptor entry."""
-    members_capacity: int
-    """Class members the slots can exclude, for ids like agents/actor-00042."""
-
-
-def exclusion_slot_cost(
-    slots: int, policy_namespace: str = "agent-budgets", policy_name: str = "agent-budgets"
-) -> SlotCost:
-    """Measure one slot count with the real rule compiler and counter-key model."""
-    budgets = BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}})
-    specs = compile_budget_rules(budgets, slots).specs()
-    [applied] = rules_for_actor(policy_namespace, policy_name, specs, actor_subject(SLOT_SAMPLE_ACTOR))
-    members = [f"agents/actor-{n:05d}" for n in range(200 * slots)]
-    chunks = pack_actors(members)
-    capacity = sum(len(chunk) for chunk in chunks[:slots])
-    return SlotCost(
-        slots=slots,
-        route_bytes=sum(rate_limit_domains(policy_namespace, policy_name, specs).values()),
-        counter_key_bytes=len(applied.counter_key(SAMPLE_WINDOW_START)),
-        members_capacity=capacity,
-    )

@@ -949,10 +949,11 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         # route and listener stand for all (their names only matter for the counter key).
         model = PolicyModel(namespace, name, policy.rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
         slots = limit_slots(policy.resource)
+        admission_of_rule = [admitted_actors(rule) for rule in policy.rules]
         for actor in [*actors, PROBE_ACTOR]:
             applied = model.for_actor(actor_subject(actor))
             blocks = {rule.index // slots for rule in applied}
-            admissions = {admitted_actors(policy.rules[rule.index]) for rule in applied}
+            admissions = {admission_of_rule[rule.index] for rule in applied}
             budgets = max(len(blocks), len(admissions))
             if budgets == 1:
                 continue  # one budget: all its limits (its windows, tokens and usd) apply, as they should

@@ -20,20 +20,70 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
-
-from core.budget_rules import BudgetRules, BudgetSpec, LimitSpec, compile_budget_rules, compile_rules  # noqa: E402
+from core.budget_rules import (  # noqa: E402
+    BudgetRules,
+    BudgetSpec,
+    LimitSpec,
+    actor_subject,
+    compile_budget_rules,
+    compile_rules,
+    pack_actors,
+)
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME  # noqa: E402
-from core.settings import EXTENSION_MESSAGE_LIMIT_DEFAULT, PROJECT, message_size_bytes  # noqa: E402
+from core.ratelimit_model import rules_for_actor  # noqa: E402
+from core.settings import (  # noqa: E402
+    EXTENSION_MESSAGE_LIMIT_DEFAULT,
+    PROJECT,
+    BudgetsConfig,
+    message_size_bytes,
+)
 from core.suspension import suspension_authorization  # noqa: E402
-from core.validation import parse_settings  # noqa: E402
+from core.validation import validate_stack  # noqa: E402
 from core.xds_size import (  # noqa: E402
     GRPC_DEFAULT_MAX_MESSAGE,
     authorization_route_bytes,
-    exclusion_slot_cost,
     model_names_that_fit,
     rate_limit_domains,
 )
+from tools.spend.stack import load_stack  # noqa: E402
+
+SLOT_SAMPLE_ACTOR = "agents/actor-00001"
+"""A default-budget actor whose counter key is measured (names like this one, 11 characters)."""
+SAMPLE_WINDOW_START = 1_767_225_600
+"""2026-01-01T00:00:00Z: a window start with as many digits as any this decade."""
+
+
+@dataclass(frozen=True)
+class SlotCost:
+    """What `budgetPolicy.exclusionSlots` costs, measured on the compiled default rule."""
+
+    slots: int
+    route_bytes: int
+    """Rate-limit bytes on each model route with no class at all (every slot holds the match-nothing
+    pattern): the floor the slot count sets."""
+    counter_key_bytes: int
+    """Length of one default-budget actor's Redis counter key: every slot adds its descriptor entry."""
+    members_capacity: int
+    """Class members the slots can exclude, for ids like agents/actor-00042."""
+
+
+def exclusion_slot_cost(
+    slots: int, policy_namespace: str = "agent-budgets", policy_name: str = "agent-budgets"
+) -> SlotCost:
+    """Measure one slot count with the real rule compiler and counter-key model."""
+    budgets = BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}})
+    specs = compile_budget_rules(budgets, slots).specs()
+    [applied] = rules_for_actor(policy_namespace, policy_name, specs, actor_subject(SLOT_SAMPLE_ACTOR))
+    members = [f"agents/actor-{n:05d}" for n in range(200 * slots)]
+    chunks = pack_actors(members)
+    capacity = sum(len(chunk) for chunk in chunks[:slots])
+    return SlotCost(
+        slots=slots,
+        route_bytes=sum(rate_limit_domains(policy_namespace, policy_name, specs).values()),
+        counter_key_bytes=len(applied.counter_key(SAMPLE_WINDOW_START)),
+        members_capacity=capacity,
+    )
+
 
 SLOT_COUNTS = (8, 16, 32, 64, 127)
 ACTORS = 10_000
@@ -76,12 +126,9 @@ def _usd(amount: str, per: str) -> LimitSpec:
 
 
 def _stack_example(stack: str) -> Example:
-    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))
-    raw = {key.removeprefix(f"{PROJECT}:"): value for key, value in document["config"].items()}
-    settings = parse_settings(raw)
-    policy = settings.budget_policy
-    rules = compile_budget_rules(settings.budgets, policy.exclusion_slots, policy.limit_slots)
-    return Example(f"the {stack} stack (`Pulumi.{stack}.yaml`)", rules, settings.gateway.namespace)
+    """The stack file as the program validates and compiles it (secrets count as set: none is read here)."""
+    validated = validate_stack(load_stack(ROOT, stack).raw, lambda key: (True, True))
+    return Example(f"the {stack} stack (`Pulumi.{stack}.yaml`)", validated.rules, validated.settings.gateway.namespace)
 
 
 def _classes(count: int, size: int, limits: tuple[LimitSpec, ...]) -> list[BudgetSpec]:

@@ -17,7 +17,7 @@ import pytest
 from core.budget_rules import BudgetSpec, LimitSpec, compile_rules
 from core.manifests import BUDGET_POLICY_NAME
 from core.platform_values import checksum
-from core.xds_size import exclusion_slot_cost, rate_limit_domains
+from core.xds_size import rate_limit_domains
 from scripts import gen_docs, measure_exclusion_slots
 from scripts.doc_blocks import block_names, replace_blocks, sync_document
 
@@ -118,7 +118,7 @@ def test_the_message_size_examples_show_what_each_limit_costs():
     rows = {
         example.name: measure_exclusion_slots.route_bytes(example) for example in measure_exclusion_slots.examples()
     }
-    assert rows["the dev stack (`Pulumi.dev.yaml`)"] == exclusion_slot_cost(32).route_bytes
+    assert rows["the dev stack (`Pulumi.dev.yaml`)"] == measure_exclusion_slots.exclusion_slot_cost(32).route_bytes
     one = compile_rules(BudgetSpec("default", (LimitSpec("tokens", 600, "Hour"),)), [], exclusion_slots=32)
     single = sum(rate_limit_domains("agent-budgets", BUDGET_POLICY_NAME, one.specs()).values())
     three = rows["the default budget with three limits (tokens per Hour and Day, usd per Month)"]

@@ -19,6 +19,7 @@ from google.protobuf import any_pb2, wrappers_pb2
 from core import xds_size
 from core.budget_rules import compile_budget_rules
 from core.settings import BudgetsConfig, message_size_bytes
+from scripts import measure_exclusion_slots
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -266,7 +267,7 @@ def test_format_bytes():
 
 
 def test_each_exclusion_slot_lengthens_every_default_counter_key():
-    small, large = xds_size.exclusion_slot_cost(8), xds_size.exclusion_slot_cost(16)
+    small, large = measure_exclusion_slots.exclusion_slot_cost(8), measure_exclusion_slots.exclusion_slot_cost(16)
     per_slot_key = (large.counter_key_bytes - small.counter_key_bytes) / 8
     assert len("_rule-0-match-9_rule-0-match-9") <= per_slot_key <= len("_rule-0-match-16_rule-0-match-16")
     assert large.route_bytes > small.route_bytes and large.members_capacity == 2 * small.members_capacity
