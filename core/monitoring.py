@@ -34,6 +34,7 @@ from typing import Any
 
 from core.budget_rules import ACTOR_HEADER, BudgetRules
 from core.manifests import BUDGET_POLICY_NAME, Manifest
+from core.ratelimit_model import shared_domain, shared_rule_key
 from core.settings import MonitoringSettings, StackSettings
 from core.spend import format_amount
 
@@ -82,8 +83,8 @@ def _quote(value: str) -> str:
 
 def rule_selector(policy_namespace: str, rule_index: int) -> str:
     """The label matchers of one budget rule's rate-limit counters."""
-    domain = f"{policy_namespace}/{BUDGET_POLICY_NAME}"
-    generic = f"{domain}/rule/{rule_index}"
+    domain = shared_domain(policy_namespace, BUDGET_POLICY_NAME)
+    generic = shared_rule_key(policy_namespace, BUDGET_POLICY_NAME, rule_index)
     return f"{{domain={_quote(domain)},key1={_quote(generic + '_' + generic)}}}"
 
 

@@ -101,6 +101,13 @@ def shared_rule_key(policy_namespace: str, policy_name: str, index: int) -> str:
     return f"{shared_domain(policy_namespace, policy_name)}/rule/{index}"
 
 
+def shared_rule_of_key(domain: str, counter_key: str) -> int | None:
+    """The index of the shared rule a Redis counter key of `domain` belongs to, or None (cache_key.go layout:
+    the domain, then the rule's generic key as key and value)."""
+    match = re.match(rf"{re.escape(domain)}_{re.escape(domain)}/rule/(\d+)_", counter_key)
+    return int(match.group(1)) if match else None
+
+
 def descriptor_key(domain_rule_index: int, position: int) -> str:
     """The descriptor key of header match `position` of a rule (index counted within its domain)."""
     return f"rule-{domain_rule_index}-match-{position}"

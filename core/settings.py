@@ -859,17 +859,24 @@ class RedisSettings(_Model):
         return value
 
 
+def redis_url_parts(url: str, redis_type: str) -> tuple[str | None, list[str]]:
+    """`redis.url` as ratelimit reads it: the master name (sentinel only) and the `host:port` parts."""
+    parts = [part.strip() for part in url.split(",")]
+    if redis_type == "sentinel":
+        return parts[0], parts[1:]
+    return None, parts
+
+
 def redis_url_problem(url: str, redis_type: str) -> str | None:
     """Why `url` is not a Redis address list of `redis_type`, with the fix; None when it is one."""
     parts = [part.strip() for part in url.split(",")]
-    hosts = parts
+    master, hosts = redis_url_parts(url, redis_type)
     if redis_type == "sentinel":
-        if len(parts) < 2 or not re.match(r"^[A-Za-z0-9._-]+$", parts[0]):
+        if not hosts or not re.match(r"^[A-Za-z0-9._-]+$", str(master)):
             return (
                 f"url {url!r} is not a sentinel list: with type sentinel write "
                 "<master name>,<sentinel host>:<port>[,...], e.g. mymaster,sentinel-0.example:26379"
             )
-        hosts = parts[1:]
     elif redis_type == "single" and len(parts) != 1:
         return (
             f"url {url!r} lists {len(parts)} hosts but type is single: give one host:port, "

@@ -18,9 +18,10 @@ One row is one (actor, limit) pair: an actor whose budget has several limits get
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -211,15 +212,8 @@ def rows_of_actor(rows: Iterable[SpendRow], actor: str) -> list[SpendRow]:
 
 
 def with_rows(report: SpendReport, rows: Iterable[SpendRow]) -> SpendReport:
-    """The same report holding only `rows` (kept in the report's order)."""
-    keep = {id(row) for row in rows}
-    return SpendReport(
-        report.stack,
-        report.policy,
-        report.generated_at,
-        tuple(row for row in report.rows if id(row) in keep),
-        report.unmetered,
-    )
+    """The same report holding only `rows` (a filter of `report.rows`, so already in the report's order)."""
+    return dataclasses.replace(report, rows=tuple(rows))
 
 
 # --- formatting -------------------------------------------------------------------------------------------
@@ -393,19 +387,60 @@ class Gauge:
     name: str
     help: str
     unit: Unit | None = None
+    value: Callable[[SpendRow], int | Fraction | Decimal] | None = None
 
 
 PROMETHEUS_GAUGES: tuple[Gauge, ...] = (
-    Gauge("agent_budgets_spent_tokens", "Tokens charged under a tokens limit in the current window.", "tokens"),
-    Gauge("agent_budgets_limit_tokens", "A tokens limit, per window.", "tokens"),
-    Gauge("agent_budgets_remaining_tokens", "Tokens left before a tokens limit (0 at or over it).", "tokens"),
-    Gauge("agent_budgets_spent_usd", "Dollars charged under a usd limit in the current window.", "usd"),
-    Gauge("agent_budgets_limit_usd", "A usd limit, in dollars per window.", "usd"),
-    Gauge("agent_budgets_remaining_usd", "Dollars left before a usd limit (0 at or over it).", "usd"),
-    Gauge("agent_budgets_used_ratio", "Spent divided by the limit (above 1 once a response overshot it)."),
-    Gauge("agent_budgets_refused", "1 when the actor's next call gets 429 for this limit, else 0."),
-    Gauge("agent_budgets_suspended", "1 when the actor is suspended (every call refused with 403), else 0."),
-    Gauge("agent_budgets_window_reset_timestamp_seconds", "Unix time when the current window ends."),
+    Gauge(
+        "agent_budgets_spent_tokens",
+        "Tokens charged under a tokens limit in the current window.",
+        "tokens",
+        lambda row: row.spent,
+    ),
+    Gauge("agent_budgets_limit_tokens", "A tokens limit, per window.", "tokens", lambda row: row.counter.limit),
+    Gauge(
+        "agent_budgets_remaining_tokens",
+        "Tokens left before a tokens limit (0 at or over it).",
+        "tokens",
+        lambda row: row.remaining,
+    ),
+    Gauge(
+        "agent_budgets_spent_usd",
+        "Dollars charged under a usd limit in the current window.",
+        "usd",
+        lambda row: row.spent,
+    ),
+    Gauge("agent_budgets_limit_usd", "A usd limit, in dollars per window.", "usd", lambda row: row.counter.limit),
+    Gauge(
+        "agent_budgets_remaining_usd",
+        "Dollars left before a usd limit (0 at or over it).",
+        "usd",
+        lambda row: row.remaining,
+    ),
+    Gauge(
+        "agent_budgets_used_ratio",
+        "Spent divided by the limit (above 1 once a response overshot it).",
+        None,
+        lambda row: row.used,
+    ),
+    Gauge(
+        "agent_budgets_refused",
+        "1 when the actor's next call gets 429 for this limit, else 0.",
+        None,
+        lambda row: int(row.refused),
+    ),
+    Gauge(
+        "agent_budgets_suspended",
+        "1 when the actor is suspended (every call refused with 403), else 0.",
+        None,
+        lambda row: int(row.counter.suspended),
+    ),
+    Gauge(
+        "agent_budgets_window_reset_timestamp_seconds",
+        "Unix time when the current window ends.",
+        None,
+        lambda row: row.counter.resets_at,
+    ),
 )
 REPORT_TIMESTAMP = Gauge("agent_budgets_report_timestamp_seconds", "Unix time when the counters were read.")
 PROMETHEUS_LABELS = ("stack", "actor", "budget", "rule", "limit", "per")
@@ -424,22 +459,6 @@ def _number(value: int | Fraction | Decimal) -> str:
     if isinstance(value, (Fraction, Decimal)):
         return repr(float(value))
     return str(value)
-
-
-def _gauge_value(gauge: Gauge, row: SpendRow) -> int | Fraction | Decimal:
-    counter = row.counter
-    values: dict[str, int | Fraction | Decimal] = {
-        "spent": row.spent,
-        "limit": counter.limit,
-        "remaining": row.remaining,
-        "agent_budgets_used_ratio": row.used,
-        "agent_budgets_refused": int(row.refused),
-        "agent_budgets_suspended": int(counter.suspended),
-        "agent_budgets_window_reset_timestamp_seconds": counter.resets_at,
-    }
-    if gauge.unit is not None:
-        return values[gauge.name.removeprefix("agent_budgets_").rsplit("_", 1)[0]]
-    return values[gauge.name]
 
 
 def render_prometheus(report: SpendReport) -> str:
@@ -468,7 +487,7 @@ def render_prometheus(report: SpendReport) -> str:
                     ("per", counter.per),
                 ]
             )
-            lines.append(f"{gauge.name}{labels} {_number(_gauge_value(gauge, row))}")
+            lines.append(f"{gauge.name}{labels} {_number(gauge.value(row))}")
     lines.append(f"# HELP {REPORT_TIMESTAMP.name} {REPORT_TIMESTAMP.help}")
     lines.append(f"# TYPE {REPORT_TIMESTAMP.name} gauge")
     lines.append(f"{REPORT_TIMESTAMP.name}{_labels([('stack', report.stack)])} {report.generated_at}")

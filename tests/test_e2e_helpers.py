@@ -927,24 +927,37 @@ class FakePulumi:
         return 0, ""
 
     def _set(self, path, raw):
-        value = int(raw) if raw.isdigit() else raw
-        parts = re.findall(r"\.?([A-Za-z_][\w-]*)|\[(\d+)\]", path)[1:]
-        target = self.budgets
-        for (name, index), (next_name, _) in zip(parts, [*parts[1:], (None, None)], strict=True):
-            container_key = name if name else int(index)
-            if next_name is None and (name, index) == parts[-1]:
-                if isinstance(target, list):
-                    target.extend([None] * (container_key + 1 - len(target)))
-                target[container_key] = value
-                return
-            blank = {} if next_name else []
+        set_config_path({"budgets": self.budgets}, path, coerce_config_leaf(raw))
+
+
+def coerce_config_leaf(raw: str):
+    """An untyped `pulumi config set --path` leaf: a bool or an integer when it parses as one, else text
+    (pulumi/pulumi sdk/go/common/resource/config/value.go `coerce`)."""
+    if raw in ("true", "false"):
+        return raw == "true"
+    if re.fullmatch(r"-?[1-9][0-9]*|0", raw):
+        return int(raw)
+    return raw
+
+
+def set_config_path(config, path: str, value) -> None:
+    """Set `value` at a `--path` (`a.b[0].c`) in `config`, creating maps and lists on the way, as Pulumi does."""
+    parts = [name or int(index) for name, index in re.findall(r"\.?([^.\[\]]+)|\[(\d+)\]", path)]
+    target = config
+    for part, following in zip(parts, [*parts[1:], None], strict=True):
+        if following is None:
             if isinstance(target, list):
-                target.extend([None] * (container_key + 1 - len(target)))
-                if target[container_key] is None:
-                    target[container_key] = blank
-            else:
-                target.setdefault(container_key, blank)
-            target = target[container_key]
+                target.extend([None] * (part + 1 - len(target)))
+            target[part] = value
+            return
+        blank = [] if isinstance(following, int) else {}
+        if isinstance(target, list):
+            target.extend([None] * (part + 1 - len(target)))
+            if target[part] is None:
+                target[part] = blank
+        else:
+            target.setdefault(part, blank)
+        target = target[part]
 
 
 DEFAULT_BUDGETS = {"default": {"tokens": 500, "per": "Day"}}

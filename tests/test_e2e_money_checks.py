@@ -22,7 +22,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import re
 from typing import Any
 
 import celpy
@@ -49,7 +48,7 @@ from tests.e2e.e2elib.money import mock_call_mills
 from tests.e2e.e2elib.probe import Call
 from tests.e2e.e2elib.verdict import Verdict, reporting
 from tests.support.program import stack_config
-from tests.test_e2e_helpers import PASSWORD, FakeClock, FakeRunner, redis_glob
+from tests.test_e2e_helpers import PASSWORD, FakeClock, FakeRunner, coerce_config_leaf, redis_glob, set_config_path
 
 SETTINGS = load_settings()  # names from scripts/versions.env, models and budgets from Pulumi.dev.yaml
 NOW = 1_767_225_600 + 3_600 * 7 + 120  # a fixed instant: every window start is derived from it
@@ -86,38 +85,12 @@ class FakePulumiConfig:
             rest = words[3:]
             typed = rest[:2] == ["--type", "float"]
             path, raw = rest[2:] if typed else rest
-            self._set(path, float(raw) if typed else self._coerce(raw))
+            set_config_path(self.config, path, float(raw) if typed else coerce_config_leaf(raw))
         elif words[0] == "up":
             self.on_up(copy.deepcopy(self.config))
             return 0, ""
         self._write()
         return 0, ""
-
-    @staticmethod
-    def _coerce(raw: str) -> Any:
-        if raw in ("true", "false"):
-            return raw == "true"
-        if re.fullmatch(r"-?[1-9][0-9]*|0", raw):
-            return int(raw)
-        return raw
-
-    def _set(self, path: str, value: Any) -> None:
-        parts = [name or int(index) for name, index in re.findall(r"\.?([^.\[\]]+)|\[(\d+)\]", path)]
-        target: Any = self.config
-        for part, following in zip(parts, [*parts[1:], None], strict=True):
-            if following is None:
-                if isinstance(target, list):
-                    target.extend([None] * (part + 1 - len(target)))
-                target[part] = value
-                return
-            blank: Any = [] if isinstance(following, int) else {}
-            if isinstance(target, list):
-                target.extend([None] * (part + 1 - len(target)))
-                if target[part] is None:
-                    target[part] = blank
-            else:
-                target.setdefault(part, blank)
-            target = target[part]
 
 
 class ProgramStack:

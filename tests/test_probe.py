@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from tests.e2e.e2elib.probe import parse_probe_reply
+from tests.support.redis_server import _stop as stop_process
+from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE_FILE = ROOT / "probe" / "probe_agent.py"
@@ -31,12 +33,6 @@ _spec = importlib.util.spec_from_file_location("probe_agent", PROBE_FILE)
 probe_agent = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("probe_agent", probe_agent)  # dataclasses look the module up while loading
 _spec.loader.exec_module(probe_agent)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def request(port, method, path, body=None, raw=None, timeout=10):
@@ -73,12 +69,7 @@ def start(argv, env, port, health):
 
 
 def stop(process):
-    process.terminate()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
+    stop_process(process)
     process.stderr.close()
 
 

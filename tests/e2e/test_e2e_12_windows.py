@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from core.budget_rules import compile_budget_rules
+from core.settings import BudgetPolicySettings, BudgetsConfig
 from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_windows
 from tests.e2e.e2elib.stack import stack_changes
@@ -30,9 +32,11 @@ def test_the_smaller_window_refuses_first(env, report):
         "limits": [{"tokens": SMALL[0], "per": SMALL[1]}, {"tokens": LARGE[0], "per": LARGE[1]}],
         "actors": [s.target(actor_b)],
     }
-    # Budget b's j-th limit is rule b * limitSlots + j (core/budget_rules.py); the default is budget 0.
-    first_rule = (len(classes) + 1) * SLOTS
     changes = {"budgetPolicy": {"limitSlots": SLOTS}, "budgets": {**budgets, "classes": [*classes, windows]}}
+    # Which rules count the class's two limits: the program's own compilation of the changed budgets.
+    policy = BudgetPolicySettings.model_validate(changes["budgetPolicy"])
+    compiled = compile_budget_rules(BudgetsConfig.model_validate(changes["budgets"]), policy.exclusion_slots, SLOTS)
+    small_rule, large_rule = (rule.index for rule in compiled.rules_for_actor(s.target(actor_b)))
     with report(12) as v:
         with stack_changes(env.stack, changes, env.settle_policy):
             v.note(f"stack config: budgetPolicy.limitSlots = {SLOTS}; budgets.classes += {json.dumps(windows)}")
@@ -45,8 +49,8 @@ def test_the_smaller_window_refuses_first(env, report):
             f"class windows: {s.target(actor_b)} at {SMALL[0]} tokens/{SMALL[1]} and {LARGE[0]} tokens/{LARGE[1]}",
             env.subject(actor_b),
             calls,
-            (first_rule, SMALL[0]),
-            (first_rule + 1, LARGE[0]),
+            (small_rule, SMALL[0]),
+            (large_rule, LARGE[0]),
             per,
             reading.by_rule(s.domain),
         )

@@ -15,9 +15,9 @@ from typing import Any
 from unittest import mock
 
 import pulumi
-import yaml
 
 from tests.support.monitor import RecordingMonitor
+from tools.spend.stack import load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "agent-budgets"
@@ -105,13 +105,8 @@ class ProgramRun:
 
 
 def stack_config(stack: str) -> dict[str, Any]:
-    """The `agent-budgets:*` values of Pulumi.<stack>.yaml, without the prefix."""
-    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))
-    return {
-        key.removeprefix(f"{PROJECT}:"): value
-        for key, value in (document.get("config") or {}).items()
-        if key.startswith(f"{PROJECT}:")
-    }
+    """The `agent-budgets:*` values of Pulumi.<stack>.yaml, without the prefix (read as the spend report reads them)."""
+    return load_stack(ROOT, stack).raw
 
 
 def run_program(

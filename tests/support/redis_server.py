@@ -250,10 +250,5 @@ def local_sentinel(
             time.sleep(0.05)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        _stop(process)
         shutil.rmtree(folder, ignore_errors=True)

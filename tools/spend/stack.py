@@ -136,9 +136,17 @@ def load_stack(project_dir: Path, stack: str) -> StackConfig:
     document = _load_yaml(path) or {}
     if not isinstance(document, Mapping) or not isinstance(document.get("config") or {}, Mapping):
         raise StackError(f"{path} has no `config:` map: it is not a Pulumi stack file")
+    raw, secret_keys = raw_config(project_document, document)
+    return StackConfig(stack, path, raw, secret_keys)
+
+
+def raw_config(
+    project_document: Mapping[str, Any], stack_document: Mapping[str, Any]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """The raw `agent-budgets:*` map of a stack file over its project's defaults, and the keys held as secrets."""
     raw = {key: decode_config_value(value) for key, value in project_defaults(project_document).items()}
     secret_keys: set[str] = set()
-    for key, value in (document.get("config") or {}).items():
+    for key, value in (stack_document.get("config") or {}).items():
         name = _project_key(str(key))
         if name is None:
             continue
@@ -146,4 +154,4 @@ def load_stack(project_dir: Path, stack: str) -> StackConfig:
         raw[name] = cleaned if secret else decode_config_value(cleaned)
         if secret:
             secret_keys.add(name)
-    return StackConfig(stack, path, raw, frozenset(secret_keys))
+    return raw, frozenset(secret_keys)

@@ -27,6 +27,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
+from core.settings import redis_url_parts
+
 RedisKind = Literal["single", "sentinel", "cluster"]
 # Keys per MGET: every chunk goes into the same pipeline, so this bounds one command's size, not the trips.
 MGET_CHUNK = 10_000
@@ -82,10 +84,7 @@ class RedisEndpoint:
     @classmethod
     def from_url(cls, kind: RedisKind, url: str, **options: Any) -> RedisEndpoint:
         """From `agent-budgets:redis.url` and `redis.type`."""
-        parts = [part.strip() for part in url.split(",") if part.strip()]
-        master = None
-        if kind == "sentinel":
-            master, parts = parts[0], parts[1:]
+        master, parts = redis_url_parts(url, kind)
         return cls(kind=kind, nodes=tuple(parse_host_port(part) for part in parts), master=master, **options)
 
 

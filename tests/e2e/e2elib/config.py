@@ -15,14 +15,13 @@ from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
     GATEWAY_SERVICE_NAME,
-    PROJECT,
-    SECRET_PLACEHOLDER,
     GatewaySettings,
     RedisSettings,
     StackSettings,
     SubstrateSettings,
 )
 from core.validation import parse_settings
+from tools.spend.stack import load_stack, raw_config
 
 _GATEWAY = GatewaySettings()
 _DEFAULT_STACK = StackSettings.model_validate({"budgets": {"default": {"tokens": 1, "per": "Day"}}})
@@ -120,23 +119,10 @@ class Settings:
         return f"{self.atespace}/{actor}"
 
 
-def read_stack_file(text: str, project: str = PROJECT) -> StackSettings:
-    """The stack's validated settings from the text of `Pulumi.<stack>.yaml`, the way the program reads them.
-
-    The checks take models, budgets and flags from here instead of restating them; issues that add live
-    checks reuse it. Secret values (`secure:` entries) only need to be present: validation never reads them.
-    """
-    document = yaml.safe_load(text) or {}
-    config = document.get("config") or {}
-    prefix = f"{project}:"
-    raw: dict[str, object] = {}
-    for key, value in config.items():
-        if not str(key).startswith(prefix):
-            continue
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            value = SECRET_PLACEHOLDER
-        raw[str(key).removeprefix(prefix)] = value
-    return parse_settings(raw)
+def read_stack_file(text: str) -> StackSettings:
+    """The stack's validated settings from the text of `Pulumi.<stack>.yaml`, read as the spend report reads
+    it (tools/spend/stack.py) and checked with `core.validation.parse_settings`."""
+    return parse_settings(raw_config({}, yaml.safe_load(text) or {})[0])
 
 
 def stack_values(stack: StackSettings) -> dict[str, object]:
@@ -175,6 +161,5 @@ def load_settings(root: Path = ROOT) -> Settings:
     """scripts/versions.env for names, Pulumi.<stack>.yaml (validated like the program does) for values."""
     values = parse_env_file((root / "scripts" / "versions.env").read_text(encoding="utf-8"))
     stack_name = values.get("PULUMI_STACK", Settings.pulumi_stack)
-    stack_file = root / f"Pulumi.{stack_name}.yaml"
-    stack = read_stack_file(stack_file.read_text(encoding="utf-8"))
+    stack = parse_settings(load_stack(root, stack_name).raw)
     return settings_from_env(values, root, stack)

@@ -12,10 +12,11 @@ inside the pod, read from the exec's stdin: never on a command line, never print
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from core.ratelimit_model import shared_rule_of_key
 
 from .kube import Kube
 from .runner import check
@@ -85,12 +86,10 @@ class CounterReading:
         A shared rule's first descriptor entry is `<domain>/rule/<index>` (Envoy Gateway v1.9.0
         internal/xds/translator/ratelimit.go), so the key holds `_<domain>/rule/<index>_`.
         """
-        pattern = re.compile(rf"_{re.escape(domain)}/rule/(\d+)_")
         totals: dict[int, int] = {}
         for key, value in self.keys:
-            match = pattern.search(key)
-            if match:
-                index = int(match.group(1))
+            index = shared_rule_of_key(domain, key)
+            if index is not None:
                 totals[index] = totals.get(index, 0) + value
         return totals
 

@@ -158,37 +158,14 @@ class LiveEnv:
         """After `pulumi up` changed Envoy Gateway's own configuration (e.g. rateLimit.failClosed): the eg
         release rolls envoy-gateway (our config checksum annotation); wait for it, then give the new
         translation a moment to reach Envoy."""
-        s = self.settings
-        check(
-            self.kube.run(
-                "-n",
-                s.gateway_namespace,
-                "rollout",
-                "status",
-                "deployment/envoy-gateway",
-                "--timeout=300s",
-                timeout=330,
-            ),
-            "rollout status deployment/envoy-gateway",
-        )
+        self.kube.rollout_status(self.settings.gateway_namespace, "envoy-gateway", timeout=300)
         time.sleep(10.0)
 
     # --- the rate-limit store (checks 9 and 10) ------------------------------------------------------------
 
     def _redis_ready(self, timeout: float) -> None:
         s = self.settings
-        check(
-            self.kube.run(
-                "-n",
-                s.redis_namespace,
-                "wait",
-                "--for=condition=Ready",
-                f"pod/{s.redis_pod}",
-                f"--timeout={int(timeout)}s",
-                timeout=timeout + 30,
-            ),
-            f"waiting for pod {s.redis_namespace}/{s.redis_pod} to be Ready",
-        )
+        self.kube.wait_for(s.redis_namespace, "condition=Ready", f"pod/{s.redis_pod}", timeout)
         self.counters.totals([])  # redis-cli PING with the password: the store answers again
 
     def restart_redis(self, timeout: float = 300.0) -> str:
@@ -210,18 +187,7 @@ class LiveEnv:
         statefulset = f"statefulset/{s.redis_statefulset}"
         check(self.kube.run("-n", s.redis_namespace, "scale", statefulset, "--replicas=0"), f"scale {statefulset} to 0")
         try:
-            check(
-                self.kube.run(
-                    "-n",
-                    s.redis_namespace,
-                    "wait",
-                    "--for=delete",
-                    f"pod/{s.redis_pod}",
-                    f"--timeout={int(timeout)}s",
-                    timeout=timeout + 30,
-                ),
-                f"waiting for pod {s.redis_pod} to go",
-            )
+            self.kube.wait_for(s.redis_namespace, "delete", f"pod/{s.redis_pod}", timeout)
             yield f"scaled {s.redis_namespace}/{statefulset} to 0 replicas (its volume is kept)"
         finally:
             check(

@@ -113,6 +113,10 @@ class Kube:
 
     def rollout_restart(self, namespace: str, deployment: str, timeout: float = 180.0) -> None:
         check(self.run("-n", namespace, "rollout", "restart", f"deployment/{deployment}"), "rollout restart")
+        self.rollout_status(namespace, deployment, timeout)
+
+    def rollout_status(self, namespace: str, deployment: str, timeout: float = 180.0) -> None:
+        """Waits for the deployment's rollout to finish."""
         check(
             self.run(
                 "-n",
@@ -124,6 +128,21 @@ class Kube:
                 timeout=timeout + 30,
             ),
             f"rollout status deployment/{deployment}",
+        )
+
+    def wait_for(self, namespace: str, condition: str, resource: str, timeout: float) -> None:
+        """`kubectl wait --for=<condition> <resource>`, failing after `timeout` seconds."""
+        check(
+            self.run(
+                "-n",
+                namespace,
+                "wait",
+                f"--for={condition}",
+                resource,
+                f"--timeout={int(timeout)}s",
+                timeout=timeout + 30,
+            ),
+            f"waiting for {resource} in {namespace} ({condition})",
         )
 
     def wait_policy_accepted(
