@@ -250,6 +250,13 @@ class Target:
     timeout_seconds: float
     substrate_ref: str
 
+    @property
+    def kubeconfig_source(self) -> str:
+        """Where kubectl-ate reads the kube context from, as a message names it."""
+        if self.kubeconfig_path:
+            return f"kubeconfig file {self.kubeconfig_path!r}"
+        return "the ambient kubeconfig ($KUBECONFIG or ~/.kube/config)"
+
     def flags(self) -> list[str]:
         flags = ["--context", self.kube_context]
         if self.kubeconfig_path:
@@ -322,19 +329,14 @@ class AteClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _unreachable_message(self, result: CliResult) -> str:
-        where = (
-            f"kubeconfig file {self.target.kubeconfig_path!r}"
-            if self.target.kubeconfig_path
-            else "the ambient kubeconfig ($KUBECONFIG or ~/.kube/config)"
-        )
         said = _last_line(result.stderr) or _last_line(result.stdout)
         return (
             f"`{result.command}` failed {RETRY_ATTEMPTS} times: {said}. "
             f"kubectl-ate found no Substrate API server through kube context {self.target.kube_context!r} from "
-            f"{where}: is Substrate installed on this cluster (Service api and Deployment ate-api-server-deployment "
-            "in namespace ate-system), and is it the cluster this stack's egress policies are on? Nothing was "
-            "read, changed or recorded as gone. Point agent-budgets:kubernetes.context (and kubernetes.kubeconfig) "
-            "at that cluster, or wait for Substrate to be back, then run the command again"
+            f"{self.target.kubeconfig_source}: is Substrate installed on this cluster (Service api and Deployment "
+            "ate-api-server-deployment in namespace ate-system), and is it the cluster this stack's egress policies "
+            "are on? Nothing was read, changed or recorded as gone. Point agent-budgets:kubernetes.context (and "
+            "kubernetes.kubeconfig) at that cluster, or wait for Substrate to be back, then run the command again"
         )
 
     def run_once(self, verb: str, *extra: str, stdin: str | None = None) -> CliResult:
@@ -383,15 +385,10 @@ class AteClient:
                 "Substrate version"
             )
         if result.kind == KUBECONFIG:
-            where = (
-                f"kubeconfig file {self.target.kubeconfig_path!r}"
-                if self.target.kubeconfig_path
-                else ("the ambient kubeconfig ($KUBECONFIG or ~/.kube/config)")
-            )
             raise KubeconfigError(
                 f"`{command}` failed: {_last_line(stderr)}. kubectl-ate could not use kube context "
-                f"{self.target.kube_context!r} from {where}: set agent-budgets:kubernetes.context and "
-                "agent-budgets:kubernetes.kubeconfig to the cluster's"
+                f"{self.target.kube_context!r} from {self.target.kubeconfig_source}: set "
+                "agent-budgets:kubernetes.context and agent-budgets:kubernetes.kubeconfig to the cluster's"
             )
         return result
 
@@ -432,7 +429,7 @@ class AteClient:
         result = self.run("get", "-o", "json")
         if result.ok:
             if not result.stdout.strip():
-                if re.search(r"has no egress policy", result.stderr, re.IGNORECASE):
+                if classify_failure(result.stderr) == NOT_FOUND:
                     return None
                 raise KubectlAteCommandError(
                     f"`{result.command}` exited 0 but printed no policy and no reason "
@@ -516,8 +513,7 @@ def _parse_policy(result: CliResult) -> dict[str, Any]:
 
 def recorded_of(live: Mapping[str, Any]) -> Recorded:
     metadata = live.get("metadata") or {}
-    version = metadata.get("version")
-    return Recorded(str(metadata.get("uid", "")), "" if version is None else str(egress.as_int(version)))
+    return Recorded.of(metadata.get("uid", ""), metadata.get("version"))
 
 
 # --- one actor's policy -------------------------------------------------------------------------
@@ -677,13 +673,10 @@ def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], 
             f"{name}: stopped after {len(results)} of {len(work)} actors ({action}): {fatal[0]}"
         ) from fatal[0]
     if errors:
-        lines = [f"  - {ref}: {errors[ref]}" for ref in sorted(errors)[:REPORTED_FAILURES]]
-        more = len(errors) - REPORTED_FAILURES
-        if more > 0:
-            lines.append(f"  - ... and {more} more")
+        failures = _summary([f"{ref}: {errors[ref]}" for ref in sorted(errors)], "\n  - ")
         raise ShardError(
             f"{name}: {len(errors)} of {len(work)} actors failed ({action}); the other {len(results)} are done "
-            "and the next `pulumi up` finds them done. Fix the cause and run it again:\n" + "\n".join(lines)
+            f"and the next `pulumi up` finds them done. Fix the cause and run it again:\n  - {failures}"
         )
     return results
 
@@ -694,9 +687,10 @@ def _warn(message: str) -> None:
     pulumi.log.warn(message)
 
 
-def _summary(refs: list[str]) -> str:
-    shown = ", ".join(refs[:REPORTED_FAILURES])
-    return shown + (f" and {len(refs) - REPORTED_FAILURES} more" if len(refs) > REPORTED_FAILURES else "")
+def _summary(items: list[str], separator: str = ", ") -> str:
+    """The first :data:`REPORTED_FAILURES` items, then how many more there are."""
+    more = len(items) - REPORTED_FAILURES
+    return separator.join([*items[:REPORTED_FAILURES], *([f"... and {more} more"] if more > 0 else [])])
 
 
 def _report_adopted(shard: ShardInputs, written: Mapping[str, Written]) -> None:
@@ -713,7 +707,7 @@ def _report_adopted(shard: ShardInputs, written: Mapping[str, Written]) -> None:
 def _report_left(shard: ShardInputs, outcomes: Mapping[str, tuple[str, str]]) -> None:
     left = sorted(ref for ref, (outcome, _) in outcomes.items() if outcome == LEFT)
     if left:
-        details = "; ".join(f"{ref}: {outcomes[ref][1]}" for ref in left[:REPORTED_FAILURES])
+        details = _summary([f"{ref}: {outcomes[ref][1]}" for ref in left], "; ")
         _warn(
             f"{egress.shard_resource_name(shard.shard)}: did not delete {len(left)} egress policies recreated "
             f"by someone else since Pulumi last read them ({details}). Delete them by hand if they should go: "
@@ -777,19 +771,6 @@ def require_recorded_cluster(name: str, shard: ShardInputs, props: Mapping[str, 
         )
 
 
-def shard_outputs(
-    shard: ShardInputs, live: Mapping[str, str], records: Mapping[str, Recorded], cluster: str
-) -> dict[str, Any]:
-    """The outputs: the inputs, the cluster identity, each actor's live fingerprint, and its recorded uid and
-    version."""
-    return {
-        **shard.to_props(),
-        "cluster": cluster,
-        "actors": {ref: live.get(ref, egress.ABSENT) for ref in sorted(live)},
-        "policies": {ref: {"uid": r.uid, "version": r.version} for ref, r in sorted(records.items())},
-    }
-
-
 class EgressShardProvider(dyn.ResourceProvider):
     """CRUD and diff of the egress policies of one shard of actors through ``kubectl ate``."""
 
@@ -829,7 +810,7 @@ class EgressShardProvider(dyn.ResourceProvider):
         _report_adopted(shard, written)
         live = {ref: w.fingerprint for ref, w in written.items()}
         records = {ref: w.recorded for ref, w in written.items()}
-        outputs = shard_outputs(shard, live, records, _cluster_of(props, shard))
+        outputs = egress.shard_outputs(shard, live, records, _cluster_of(props, shard))
         return dyn.CreateResult(egress.shard_resource_name(shard.shard), outputs)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
@@ -846,7 +827,7 @@ class EgressShardProvider(dyn.ResourceProvider):
         desired = shard.fingerprint()
         live = {ref: desired for ref in plan.keep} | {ref: w.fingerprint for ref, w in written.items()}
         records = dict(plan.keep) | {ref: w.recorded for ref, w in written.items()}
-        return dyn.UpdateResult(shard_outputs(shard, live, records, _cluster_of(news, shard)))
+        return dyn.UpdateResult(egress.shard_outputs(shard, live, records, _cluster_of(news, shard)))
 
     def read(self, id_: str, props: dict[str, Any]) -> dyn.ReadResult:
         if not isinstance(props.get("actors"), Mapping) or not props.get("kube_context"):
@@ -860,7 +841,7 @@ class EgressShardProvider(dyn.ResourceProvider):
         found = for_each_actor(shard, {ref: AteClient.get for ref in shard.actors}, "read their egress policies")
         live = {ref: egress.rules_fingerprint(p.get("rules") or []) if p else egress.ABSENT for ref, p in found.items()}
         records = {ref: recorded_of(p) for ref, p in found.items() if p is not None}
-        outputs = shard_outputs(shard, live, records, _cluster_of(props, shard))
+        outputs = egress.shard_outputs(shard, live, records, _cluster_of(props, shard))
         return dyn.ReadResult(id_, {**{k: v for k, v in props.items() if k != PROVIDER_KEY}, **outputs})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -983,8 +964,8 @@ class ActorEgressPolicyProvider(dyn.ResourceProvider):
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         client = _legacy_client(id_, props)
-        uid, version = props.get("uid"), props.get("version")
-        guard = Recorded(str(uid), "" if version is None else str(egress.as_int(version))) if uid else None
+        uid = props.get("uid")
+        guard = Recorded.of(uid, props.get("version")) if uid else None
         with _ambient_kubeconfig_needed(client):
             outcome, detail = remove_policy(client, guard, strict=True)
         if outcome == LEFT:

@@ -897,6 +897,12 @@ class Recorded:
     uid: str
     version: str
 
+    @classmethod
+    def of(cls, uid: Any, version: Any) -> Recorded:
+        """The record of a uid and version as any source gives them (state, ``kubectl ate`` output, legacy
+        state): a version read back as a float (``4.0``) is the same record as ``"4"``."""
+        return cls(str(uid), "" if version is None else str(as_int(version)))
+
 
 @dataclass(frozen=True)
 class ShardInputs:
@@ -933,17 +939,8 @@ class ShardInputs:
         return cls(
             shard=as_int(shard) if shard is not None else -1,
             actors=tuple(refs),
-            kube_context=common.kube_context,
-            substrate_ref=common.substrate_ref,
             kubeconfig=kubeconfig if isinstance(kubeconfig, str) and kubeconfig else None,
-            gateway_hostname=common.gateway_hostname,
-            gateway_port=common.gateway_port,
-            audiences=common.audiences,
-            expiration_seconds=common.expiration_seconds,
-            extra_hostnames=common.extra_hostnames,
-            provider_hosts=common.provider_hosts,
-            kubectl=common.kubectl,
-            timeout_seconds=common.timeout_seconds,
+            **{key: getattr(common, key) for key in _POLICY_SETTINGS},
             concurrency=DEFAULT_CONCURRENCY if concurrency is None else as_int(concurrency),
         )
 
@@ -1041,9 +1038,22 @@ def recorded_policies(outputs: Mapping[str, Any]) -> dict[str, Recorded]:
         return recorded
     for ref, entry in policies.items():
         if isinstance(entry, Mapping) and entry.get("uid"):
-            version = entry.get("version")
-            recorded[str(ref)] = Recorded(str(entry["uid"]), "" if version is None else str(as_int(version)))
+            recorded[str(ref)] = Recorded.of(entry["uid"], entry.get("version"))
     return recorded
+
+
+def shard_outputs(
+    shard: ShardInputs, live: Mapping[str, str], records: Mapping[str, Recorded], cluster: str
+) -> dict[str, Any]:
+    """A shard's outputs, the format :func:`live_fingerprints` and :func:`recorded_policies` read: the
+    inputs, the cluster identity, each actor's live fingerprint (or :data:`ABSENT`), and its recorded uid
+    and version."""
+    return {
+        **shard.to_props(),
+        "cluster": cluster,
+        "actors": {ref: live.get(ref, ABSENT) for ref in sorted(live)},
+        "policies": {ref: {"uid": r.uid, "version": r.version} for ref, r in sorted(records.items())},
+    }
 
 
 def _setting(inputs: ShardInputs, key: str) -> Any:
@@ -1137,26 +1147,11 @@ class EgressPolicySettings:
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
 
-    def policy_inputs(self, actor_ref: str) -> PolicyInputs:
-        return self.shard_inputs(-1, [actor_ref]).policy_inputs(actor_ref)
-
     def shard_inputs(self, index: int, actors: Sequence[str]) -> ShardInputs:
-        return ShardInputs(
-            shard=index,
-            actors=tuple(sorted(actors)),
-            kube_context=self.kube_context,
-            substrate_ref=self.substrate_ref,
-            kubeconfig=self.kubeconfig or None,
-            gateway_hostname=self.gateway_hostname,
-            gateway_port=self.gateway_port,
-            audiences=tuple(self.audiences),
-            expiration_seconds=self.expiration_seconds,
-            extra_hostnames=tuple(self.extra_hostnames),
-            provider_hosts=tuple(self.provider_hosts),
-            kubectl=self.kubectl,
-            timeout_seconds=self.timeout_seconds,
-            concurrency=self.concurrency,
-        )
+        """One shard's inputs: its actors, and every setting :class:`ShardInputs` has, copied by name."""
+        settings = {key: getattr(self, key) for key in _SHARD_SETTINGS}
+        settings = {key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()}
+        return ShardInputs(shard=index, actors=tuple(sorted(actors)), kubeconfig=self.kubeconfig or None, **settings)
 
     def shards(self) -> list[ShardInputs]:
         """One :class:`ShardInputs` per shard that holds at least one actor, by shard index."""
@@ -1164,6 +1159,10 @@ class EgressPolicySettings:
         for ref in self.actors:
             members.setdefault(shard_of(ref), []).append(ref)
         return [self.shard_inputs(index, refs) for index, refs in sorted(members.items())]
+
+
+_SHARD_SETTINGS = tuple(f.name for f in fields(ShardInputs) if f.name not in ("shard", "actors", "kubeconfig"))
+"""The settings every shard's :class:`ShardInputs` takes from :class:`EgressPolicySettings` (by field name)."""
 
 
 def settings_problems(settings: EgressPolicySettings) -> list[Problem]:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from components.egress_provider import EgressShardProvider  # noqa: E402
 from core import egress  # noqa: E402
 from core.egress import EgressPolicySettings, ShardInputs  # noqa: E402
-from tests.fake_ate import FakeAte, environ, make_fake, wire  # noqa: E402
+from tests.fake_ate import Engine, FakeAte, environ, make_fake  # noqa: E402
 
 HOST_WORKERS = 4  # pulumi/dynamic/__main__.py: ThreadPoolExecutor(max_workers=4)
 TARGET_LATENCY = 0.3  # the scale targets are set at this many seconds per kubectl ate call
@@ -42,52 +42,29 @@ NEWCOMER = "agents/bench-newcomer"
 
 @dataclass
 class Stack:
-    """The engine's record of every shard: checked inputs and outputs, by shard index."""
+    """The engine's record of every shard (tests/fake_ate.py's :class:`Engine`), by shard index."""
 
-    provider: EgressShardProvider = field(default_factory=EgressShardProvider)
-    inputs: dict[int, dict[str, Any]] = field(default_factory=dict)
-    outputs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    engines: dict[int, Engine] = field(default_factory=dict)
 
-    def up(self, shards: Iterable[ShardInputs]) -> int:
+    def up(self, shards: Iterable[ShardInputs]) -> None:
         """`pulumi up`: check and diff every shard, then create or update those that changed; shards no
-        longer declared are deleted. Returns the number of shards changed."""
+        longer declared are deleted."""
         declared = {s.shard: s for s in shards}
 
-        def one(shard: ShardInputs) -> bool:
-            news = self.provider.check(self.inputs.get(shard.shard, {}), wire(shard.to_props())).inputs
-            if shard.shard not in self.outputs:
-                self.outputs[shard.shard] = wire(self.provider.create(news).outs)
-            else:
-                olds = self.outputs[shard.shard]
-                decision = self.provider.diff(egress.shard_resource_name(shard.shard), olds, news)
-                if decision.replaces:
-                    raise AssertionError("the benchmark changes no target")
-                if not decision.changes:
-                    self.inputs[shard.shard] = news
-                    return False
-                self.outputs[shard.shard] = wire(self.provider.update("", olds, news).outs)
-            self.inputs[shard.shard] = news
-            return True
+        def one(shard: ShardInputs) -> None:
+            decision = self.engines.setdefault(shard.shard, Engine(EgressShardProvider())).up(shard)
+            if decision is not None and decision.replaces:
+                raise AssertionError("the benchmark changes no target")
 
-        changed = sum(host(one, declared.values()))
-        gone = [index for index in self.outputs if index not in declared]
-        host(lambda index: self.provider.delete("", self.outputs.pop(index)), gone)
-        return changed + len(gone)
+        host(one, declared.values())
+        host(lambda index: self.engines.pop(index).destroy(), [i for i in self.engines if i not in declared])
 
     def preview(self, shards: Iterable[ShardInputs]) -> int:
         """`pulumi preview`: check and diff only. Returns the number of shards that would change."""
-
-        def one(shard: ShardInputs) -> bool:
-            news = self.provider.check(self.inputs[shard.shard], wire(shard.to_props())).inputs
-            return bool(self.provider.diff("", self.outputs[shard.shard], news).changes)
-
-        return sum(host(one, shards))
+        return sum(host(lambda shard: self.engines[shard.shard].preview(shard), shards))
 
     def refresh(self) -> None:
-        def one(index: int) -> None:
-            self.outputs[index] = wire(self.provider.read(egress.shard_resource_name(index), self.outputs[index]).outs)
-
-        host(one, list(self.outputs))
+        host(Engine.refresh, list(self.engines.values()))
 
 
 def host(call: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:

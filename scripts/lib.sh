@@ -73,14 +73,16 @@ kind_cluster_exists() { kind get clusters 2>/dev/null | grep -qx "${KIND_CLUSTER
 DEMO_ACTOR_LIST=(${DEMO_ACTORS})
 ALL_DEMO_ACTORS=("${DEMO_ACTOR_LIST[@]}" "${NOEGRESS_ACTOR}")
 
-# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 2 s until it succeeds.
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 2 s until it succeeds. WAITED holds the last
+# line COMMAND printed (stderr is dropped): the timeout message shows it, and a caller may report it after.
 wait_until() {
   local timeout="$1" what="$2"
   shift 2
   local deadline=$((SECONDS + timeout))
-  until "$@" >/dev/null 2>&1; do
+  WAITED=""
+  until WAITED="$("$@" 2>/dev/null | tail -n1; exit "${PIPESTATUS[0]}")"; do
     if ((SECONDS >= deadline)); then
-      die "timed out after ${timeout}s waiting for ${what}"
+      die "timed out after ${timeout}s waiting for ${what}${WAITED:+ (last seen: ${WAITED})}"
     fi
     sleep 2
   done
@@ -105,15 +107,8 @@ except KeyError as exc:
 # checks it against recorded samples.
 facts() { python3 "${AB_ROOT}/scripts/substrate_facts.py" "$@"; }
 
-# ate_json QUERY: one fact about kubectl-ate JSON on stdin (bare object, {"actors":[...]} or a list).
-#   actor-state      RUNNING, SUSPENDED, ... (both the status enum and the status.state shapes)
-#   golden           ready | pending | error: <message>   (an actor template's golden snapshot)
-#   images           every container image of an actor template, one per line
-#   has-rules        "yes" when an egress policy document has at least one rule
-ate_json() { facts "$1"; }
-
 actor_state() {
-  kate get actors "$1" -a "${ATESPACE}" -o json 2>/dev/null | ate_json actor-state
+  kate get actors "$1" -a "${ATESPACE}" -o json 2>/dev/null | facts actor-state
 }
 
 actor_is() { [[ "$(actor_state "$1")" == "$2" ]]; }

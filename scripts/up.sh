@@ -213,15 +213,17 @@ require_idp_ready() {
   local hint="kubectl --context ${KUBE_CONTEXT} -n ate-system get deploy,svc,endpointslices"
   kctl -n ate-system get service idp >/dev/null 2>&1 ||
     die "no Service idp in ate-system after the install: Substrate ${SUBSTRATE_REF}'s ate-setup did not deploy ate-idp-server, so every actor call would get 401. Pin a ref whose installer deploys it (SUBSTRATE_REF in scripts/versions.env), then FORCE_SUBSTRATE_INSTALL=1 make up (${hint})"
-  local deadline=$((SECONDS + 120)) ready=0
-  while :; do
-    ready="$(kctl -n ate-system get endpointslices -l kubernetes.io/service-name=idp -o json 2>/dev/null | facts ready-endpoints || echo 0)"
-    ((ready > 0)) && break
-    ((SECONDS < deadline)) ||
-      die "Service idp in ate-system has no ready endpoint after 120s: ate-idp-server is not serving, so every actor call would get 401 (${hint}; its logs: kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)"
-    sleep 2
-  done
-  info "Service idp in ate-system: ${ready} ready endpoint(s)"
+  wait_until 120 "a ready endpoint of Service idp in ate-system: until ate-idp-server serves, every actor call would get 401 (${hint}; its logs: kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)" \
+    idp_ready_endpoints
+  info "Service idp in ate-system: ${WAITED} ready endpoint(s)"
+}
+
+# idp_ready_endpoints: prints how many ready endpoints Service idp in ate-system has; succeeds when any.
+idp_ready_endpoints() {
+  local ready
+  ready="$(kctl -n ate-system get endpointslices -l kubernetes.io/service-name=idp -o json 2>/dev/null | facts ready-endpoints || echo 0)"
+  echo "${ready}"
+  ((ready > 0))
 }
 
 step_substrate_install() {
@@ -342,19 +344,15 @@ workerpool_progress() {
 }
 
 wait_worker_pool() {
-  local timeout="$1" deadline=$((SECONDS + $1)) progress
-  until progress="$(workerpool_progress)"; do
-    ((SECONDS < deadline)) ||
-      die "timed out after ${timeout}s waiting for worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${progress:-no status} (kubectl --context ${KUBE_CONTEXT} -n ${WORKER_NAMESPACE} get workerpool,pods)"
-    sleep 3
-  done
-  info "worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${progress}"
+  wait_until "$1" "worker pool ${WORKER_NAMESPACE}/${WORKER_POOL} (kubectl --context ${KUBE_CONTEXT} -n ${WORKER_NAMESPACE} get workerpool,pods)" \
+    workerpool_progress
+  info "worker pool ${WORKER_NAMESPACE}/${WORKER_POOL}: ${WAITED}"
 }
 
 wait_template_golden() {
   local deadline=$((SECONDS + 600)) state
   while :; do
-    state="$(kate get actor-template "${ACTOR_TEMPLATE}" -a "${ATESPACE}" -o json 2>/dev/null | ate_json golden || true)"
+    state="$(kate get actor-template "${ACTOR_TEMPLATE}" -a "${ATESPACE}" -o json 2>/dev/null | facts golden || true)"
     case "${state}" in
       ready) return 0 ;;
       error:*) die "the golden snapshot of actor template ${ATESPACE}/${ACTOR_TEMPLATE} failed: ${state#error: }" ;;
@@ -372,7 +370,7 @@ ensure_actor_template() {
     die "cannot write an ActorTemplate for Substrate ${SUBSTRATE_REF} (above)"
   manifest="$(PROBE_IMAGE="${image}" SNAPSHOT_BLOCK="${snapshot}" render_template "${AB_ROOT}/probe/actor-template.yaml.tmpl")"
   if current="$(kate get actor-template "${ACTOR_TEMPLATE}" -a "${ATESPACE}" -o json 2>/dev/null)"; then
-    if ate_json images <<<"${current}" | grep -qxF "${image}"; then
+    if facts images <<<"${current}" | grep -qxF "${image}"; then
       info "actor template ${ATESPACE}/${ACTOR_TEMPLATE} exists with ${image}: keeping it"
       return 0
     fi
@@ -467,11 +465,11 @@ step_resume_actors() {
   local actor policy
   for actor in "${DEMO_ACTOR_LIST[@]}"; do
     policy="$(kate get egress-policy "${actor}" -a "${ATESPACE}" -o json 2>/dev/null || true)"
-    [[ "$(ate_json has-rules <<<"${policy}")" == yes ]] ||
+    [[ "$(facts has-rules <<<"${policy}")" == yes ]] ||
       die "actor ${ATESPACE}/${actor} has no egress policy: pulumi up should have created it (is it in agent-budgets:actors?)"
   done
   policy="$(kate get egress-policy "${NOEGRESS_ACTOR}" -a "${ATESPACE}" -o json 2>/dev/null || true)"
-  if [[ "$(ate_json has-rules <<<"${policy}")" == yes ]]; then
+  if [[ "$(facts has-rules <<<"${policy}")" == yes ]]; then
     warn "${ATESPACE}/${NOEGRESS_ACTOR} has an egress policy; e2e check 4 expects it to have none"
   fi
   for actor in "${ALL_DEMO_ACTORS[@]}"; do

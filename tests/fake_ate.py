@@ -3,6 +3,9 @@
 Two clusters are defined in a JSON kubeconfig: context ``kind-test`` (server :data:`TEST`) and
 ``kind-other`` (server :data:`OTHER`). Each has its own actors and policies, so a test can tell which
 cluster a call reached.
+
+:class:`Engine` plays the dynamic-provider host for one shard (check, diff, then create, update, read or
+delete, with props as the engine hands them over); the provider tests and scripts/bench_egress.py share it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.egress_provider import EgressShardProvider
+from core import egress
+from core.egress import ShardInputs
 from tests.fake_kubectl import cluster_slug
+from tests.support.wire import engine_value
 
 FAKE = Path(__file__).with_name("fake_kubectl.py")
 TEST = "https://test.cluster.example:6443"
@@ -123,19 +130,53 @@ def make_fake(directory: Path, *, python: str = sys.executable) -> FakeAte:
 def wire(props: dict[str, Any]) -> dict[str, Any]:
     """Props as Pulumi's engine hands them to a dynamic provider: numbers as floats (they travel as protobuf
     ``Value``s), the pickled provider alongside under ``__provider``."""
+    return {**engine_value(props), "__provider": "serialized"}
 
-    def floats(value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return float(value)
-        if isinstance(value, dict):
-            return {k: floats(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [floats(v) for v in value]
-        return value
 
-    return {**floats(props), "__provider": "serialized"}
+class Engine:
+    """The dynamic-provider host's side of `pulumi up`, `preview`, `refresh` and `destroy` for one shard."""
+
+    def __init__(self, provider: EgressShardProvider) -> None:
+        self.provider = provider
+        self.inputs: dict[str, Any] | None = None
+        self.outputs: dict[str, Any] | None = None
+        self.id = ""
+
+    def up(self, declared: ShardInputs) -> egress.DiffDecision | None:
+        checked = self.provider.check(self.inputs or {}, wire(declared.to_props()))
+        assert checked.failures == [], [f.reason for f in checked.failures]
+        news = checked.inputs
+        if self.outputs is None:
+            created = self.provider.create(news)
+            self.id, self.inputs, self.outputs = created.id, news, wire(created.outs)
+            return None
+        result = self.provider.diff(self.id, self.outputs, news)
+        decision = egress.shard_diff(self.outputs, news)  # the same decision, with reasons and actors
+        assert (result.changes, result.replaces, result.delete_before_replace) == (
+            decision.changes,
+            decision.replaces,
+            decision.delete_before_replace,
+        )
+        if result.replaces and result.delete_before_replace:
+            self.provider.delete(self.id, self.outputs)
+            created = self.provider.create(news)
+            self.id, self.outputs = created.id, wire(created.outs)
+        elif result.changes:
+            self.outputs = wire(self.provider.update(self.id, self.outputs, news).outs)
+        self.inputs = news
+        return decision
+
+    def preview(self, declared: ShardInputs) -> bool:
+        """Check and diff only: whether an `up` would change the shard."""
+        news = self.provider.check(self.inputs or {}, wire(declared.to_props())).inputs
+        return self.outputs is None or bool(self.provider.diff(self.id, self.outputs, news).changes)
+
+    def refresh(self) -> None:
+        self.outputs = wire(self.provider.read(self.id, self.outputs).outs)
+
+    def destroy(self) -> None:
+        self.provider.delete(self.id, self.outputs)
+        self.outputs = None
 
 
 def environ(fake: FakeAte) -> dict[str, str]:

@@ -10,6 +10,7 @@ import pytest
 
 from core import egress
 from core.egress import EgressConfigError, EgressPolicySettings, PolicyInputs, ShardInputs
+from tests.support.wire import engine_value
 
 GW = "agent-router.envoy-gateway-system.svc.cluster.local"
 
@@ -667,7 +668,7 @@ def test_settings_group_actors_into_their_shards():
 def test_shard_props_round_trip_from_the_wire():
     declared = shard(gateway_port=8080, extra_hostnames=("pypi.org",), concurrency=3)
     props = declared.to_props()
-    wire = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in props.items()}
+    wire = engine_value(props)
     assert ShardInputs.from_props(wire) == declared
     assert ShardInputs.from_props({**props, "actors": ["agents/actor-b", "agents/actor-a"]}) == declared
     assert props["rules"] == declared.desired_rules() and props["actors"]["agents/actor-a"] == declared.fingerprint()

@@ -23,7 +23,7 @@ import pytest
 from components import egress_provider as ep
 from core import egress
 from core.egress import EgressConfigError, ShardInputs
-from tests.fake_ate import OTHER, TEST, FakeAte, environ, kubeconfig_document, make_fake, wire
+from tests.fake_ate import OTHER, TEST, Engine, FakeAte, environ, kubeconfig_document, make_fake, wire
 
 REPO = Path(__file__).resolve().parent.parent
 GW = egress.GATEWAY_HOSTNAME
@@ -73,47 +73,6 @@ def shard(fake: FakeAte, actors=(A,), **overrides) -> ShardInputs:
     settings = dict(kube_context="kind-test", substrate_ref="v1.0.0-rc.1", kubectl=fake.kubectl, timeout_seconds=10)
     settings.update(overrides)
     return ShardInputs(shard=egress.shard_of(actors[0]) if actors else 0, actors=tuple(sorted(actors)), **settings)
-
-
-class Engine:
-    """The dynamic-provider host's side of `pulumi up`, `refresh` and `destroy` for one shard."""
-
-    def __init__(self, provider: ep.EgressShardProvider) -> None:
-        self.provider = provider
-        self.inputs: dict[str, Any] | None = None
-        self.outputs: dict[str, Any] | None = None
-        self.id = ""
-
-    def up(self, declared: ShardInputs) -> egress.DiffDecision | None:
-        checked = self.provider.check(self.inputs or {}, wire(declared.to_props()))
-        assert checked.failures == [], [f.reason for f in checked.failures]
-        news = checked.inputs
-        if self.outputs is None:
-            created = self.provider.create(news)
-            self.id, self.inputs, self.outputs = created.id, news, wire(created.outs)
-            return None
-        result = self.provider.diff(self.id, self.outputs, news)
-        decision = egress.shard_diff(self.outputs, news)  # the same decision, with reasons and actors
-        assert (result.changes, result.replaces, result.delete_before_replace) == (
-            decision.changes,
-            decision.replaces,
-            decision.delete_before_replace,
-        )
-        if result.replaces and result.delete_before_replace:
-            self.provider.delete(self.id, self.outputs)
-            created = self.provider.create(news)
-            self.id, self.outputs = created.id, wire(created.outs)
-        elif result.changes:
-            self.outputs = wire(self.provider.update(self.id, self.outputs, news).outs)
-        self.inputs = news
-        return decision
-
-    def refresh(self) -> None:
-        self.outputs = wire(self.provider.read(self.id, self.outputs).outs)
-
-    def destroy(self) -> None:
-        self.provider.delete(self.id, self.outputs)
-        self.outputs = None
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ from core.egress import PolicyInputs, build_rules
 from core.ratelimit_model import rules_for_actor, translation_errors
 from policy import rules
 from tests.support.program import run_program, stack_config
+from tests.support.wire import engine_value
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "agent-budgets"
@@ -100,19 +101,6 @@ def find(resources: list[Captured], kind: str, object_name: str | None = None) -
 def find_named(resources: list[Captured], pulumi_name: str) -> Captured:
     [found] = [r for r in resources if r.name == pulumi_name]
     return found
-
-
-def engine_value(value: Any) -> Any:
-    """What the analyzer receives: protobuf Struct numbers are doubles."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: engine_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [engine_value(v) for v in value]
-    return value
 
 
 def urn(stack: str, resource: Captured) -> str:
