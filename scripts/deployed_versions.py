@@ -1,5 +1,5 @@
 """Print the Envoy Gateway and Agent Router versions the program deploys by default (`make crds` fetches
-their CRDs). Standard library only: reads the defaults of `PlatformSettings` in core/settings.py with `ast`,
+their CRDs). Standard library only: reads the defaults of `PlatformSettings` in core/settings/platform.py with `ast`,
 so it runs before any virtualenv exists (CI fetches the CRDs first). tests/test_crd_versions.py checks that
 it agrees with the pydantic model.
 
@@ -12,7 +12,7 @@ import ast
 import sys
 from pathlib import Path
 
-SETTINGS = Path(__file__).resolve().parents[1] / "core" / "settings.py"
+SETTINGS = Path(__file__).resolve().parents[1] / "core" / "settings" / "platform.py"
 FIELDS = {"envoy_gateway_version": "ENVOY_GATEWAY_VERSION", "agent_router_version": "AGENT_ROUTER_VERSION"}
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the upstream CRD files the schema tests validate against (`make crds`), for the versions the
-# program deploys by default (platform.envoyGatewayVersion / agentRouterVersion, read from core/settings.py
+# program deploys by default (platform.envoyGatewayVersion / agentRouterVersion, read from core/settings/platform.py
 # by scripts/deployed_versions.py). Override with EG_VERSION=v1.9.0 AR_VERSION=v1.1.0 make crds.
 #
 #   envoy-gateway-<tag>/  envoyproxy/gateway  @ <tag> charts/gateway-helm/charts/crds/crds/

@@ -1,0 +1,111 @@
+"""What every settings section shares: the base model (camelCase keys, unknown keys refused), names and
+quantities as Kubernetes takes them, numbers as people write them, actor ids, and the gateway's fixed names."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from core import egress
+
+RATE_LIMIT_UNITS = ("Second", "Minute", "Hour", "Day", "Week", "Month", "Year")
+# The fixed Service the EnvoyProxy gives the data plane: every egress policy names this host.
+GATEWAY_SERVICE_NAME = "agent-router"
+ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
+# The controller name Envoy Gateway registers for GatewayClasses (its Helm values and our GatewayClass).
+GATEWAY_CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+GATEWAY_HOSTNAME = egress.GATEWAY_HOSTNAME
+if f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local" != GATEWAY_HOSTNAME:  # pragma: no cover
+    raise ImportError("the gateway's fixed Service name and the egress hostname disagree")
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+RELEASE_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+# A count written the way people write numbers in prose: 5,000 / 5_000 / 5 000 / 5k / 2.5M.
+_PROSE_NUMBER = re.compile(r"^\s*([0-9]{1,3}(?:[,_ ][0-9]{3})+|[0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
+_PROSE_MULTIPLIERS = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+def is_dns_label(value: str) -> bool:
+    """True for an RFC 1123 label of at most 63 characters (Kubernetes and Substrate names)."""
+    return len(value) <= 63 and bool(DNS_LABEL.match(value))
+
+
+def check_dns_label(value: str, what: str) -> str:
+    if not is_dns_label(value):
+        raise ValueError(
+            f"{what} {value!r} is not a DNS label: use 1-63 lowercase letters, digits or '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def whole_number_from_text(text: str) -> int | None:
+    """The whole number a human meant by `text` (`"5,000"`, `"5k"`, `"2.5M"`, `"500"`), or None."""
+    match = _PROSE_NUMBER.match(text)
+    if not match:
+        return None
+    digits = re.sub(r"[,_ ]", "", match.group(1))
+    value = float(digits) * _PROSE_MULTIPLIERS[match.group(2).lower()]
+    return int(value) if value.is_integer() else None
+
+
+def number_text_hint(text: str, example_key: str) -> str:
+    """How to write a number that arrived as text, e.g. `"5,000"` → `write 5000 (no separators or units)`."""
+    meant = whole_number_from_text(text)
+    if meant is None:
+        return f"it is not a number: write a whole number, e.g. {example_key}: 500"
+    if text.strip() == str(meant):
+        return f"write it without quotes, e.g. {example_key}: {meant}"
+    return f"write the number without separators or units, e.g. {example_key}: {meant}"
+
+
+def check_actor_id(actor: str, where: str = "actor") -> str:
+    """Refuse anything but `<atespace>/<name>` with two DNS labels (the JWT subject's shape)."""
+    parts = actor.split("/")
+    if len(parts) != 2 or not all(is_dns_label(part) for part in parts):
+        raise ValueError(
+            f"{where} {actor!r} is not an actor id: write <atespace>/<name>, both DNS labels of at most "
+            "63 lowercase letters, digits or '-', e.g. agents/actor-a"
+        )
+    return actor
+
+
+def _actor_id(value: str) -> str:
+    return check_actor_id(value)
+
+
+# An actor as `<atespace>/<name>`; checked item by item, so an error names its index.
+ActorId = Annotated[str, Field(min_length=3, max_length=127), AfterValidator(_actor_id)]
+
+
+class ConfigModel(BaseModel):
+    """Base for every section: camelCase keys as in Pulumi.<stack>.yaml, unknown keys refused.
+
+    Python code builds models by field name; configuration is validated by alias only
+    (`model_validate(..., by_name=False)` in core.validation), so a snake_case key in a stack file is
+    refused with the camelCase spelling instead of being silently accepted.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        str_strip_whitespace=False,
+    )
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """`v1.9.3` → (1, 9, 3)."""
+    match = RELEASE_VERSION.match(version)
+    if not match:
+        raise ValueError(f"not a version: {version!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))

@@ -1,0 +1,209 @@
+"""`agent-budgets:budgets`: the default budget and the classes, each a short-form limit or `limits`."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from core import money
+from core.settings.base import RATE_LIMIT_UNITS, ActorId, ConfigModel, check_dns_label, number_text_hint
+
+# Envoy Gateway v1.9 RateLimitValue.requests is a uint32 (api/v1alpha1/ratelimit_types.go).
+MAX_TOKENS = money.UINT32_MAX
+MAX_LIMITS_PER_BUDGET = 8
+"""The documented maximum of `limits` per budget (and of budgetPolicy.limitSlots)."""
+
+
+def _tokens(value: Any) -> int:
+    """A token count: whole, positive, within Envoy Gateway's uint32; people's ways of writing it explained."""
+    if value is None:
+        raise ValueError("is empty (YAML null): give a whole number of tokens, e.g. tokens: 500")
+    if isinstance(value, bool):
+        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+    if isinstance(value, str):
+        raise ValueError(f"got {value!r}: {number_text_hint(value, 'tokens')}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"got {value!r}: tokens are whole; round it, e.g. tokens: {int(value)}")
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+    if value < 0:
+        raise ValueError(f"got {value}, a negative number: a budget is a count of tokens, at least 1")
+    if value == 0:
+        raise ValueError("got 0: a budget must be at least 1 token (0 would refuse every call)")
+    if value > MAX_TOKENS:
+        raise ValueError(
+            f"got {value}, above Envoy Gateway's maximum of {MAX_TOKENS} (a uint32): use a longer window (per)"
+        )
+    return value
+
+
+def _per(value: Any) -> Any:
+    if isinstance(value, str) and value not in RATE_LIMIT_UNITS:
+        raise ValueError(
+            f"per {value!r} is not an Envoy Gateway rate-limit unit: use one of {', '.join(RATE_LIMIT_UNITS)}"
+        )
+    return value
+
+
+TokenCount = Annotated[int, Field(strict=True)]
+
+
+def _usd(value: Any) -> Decimal:
+    """A `usd` amount: $0.01 to $1,000,000 in whole mills (core.money)."""
+    if value is None:
+        raise ValueError("is empty (YAML null): give an amount in dollars, e.g. usd: 5")
+    if isinstance(value, str):
+        raise ValueError(f"got {value!r}: write the amount as a number without quotes or $, e.g. usd: 5")
+    try:
+        return money.check_usd_limit(value)
+    except money.MoneyError as error:
+        raise ValueError(str(error)) from None
+
+
+UsdAmount = Annotated[Decimal, BeforeValidator(_usd)]
+WINDOWS_TEXT = "`Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fixed and UTC-aligned"
+
+
+def _limit_problem(tokens: int | None, usd: Decimal | None, per: str | None) -> str | None:
+    if tokens is not None and usd is not None:
+        return (
+            f"has both tokens ({tokens}) and usd ({usd}): a limit counts one of them. Split it into two limits, "
+            f"e.g. limits: [{{tokens: {tokens}, per: {per or 'Day'}}}, {{usd: {usd}, per: {per or 'Day'}}}]"
+        )
+    if tokens is None and usd is None:
+        return "has neither tokens nor usd: give one, e.g. {tokens: 500, per: Day} or {usd: 5, per: Day}"
+    if per is None:
+        return f"has {'tokens' if tokens is not None else 'usd'} but no per: add the window, e.g. per: Day"
+    return None
+
+
+class _LimitFields(ConfigModel):
+    """What a limit is written with: `tokens` or `usd` per a `per` window (a `Limit`, or a `Budget` in the
+    short form)."""
+
+    tokens: TokenCount | None = Field(
+        default=None,
+        description=(
+            f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32). Exactly one of "
+            "`tokens` and `usd`; written on a budget itself, the short form (then no `limits`)."
+        ),
+    )
+    usd: UsdAmount | None = Field(
+        default=None,
+        description=(
+            "Dollars each actor may spend per window: 0.01 to 1,000,000, counted in mills ($0.001); calls are priced "
+            "from `prices`. Exactly one of `tokens` and `usd`; written on a budget itself, the short form (then no "
+            "`limits`)."
+        ),
+    )
+    per: str | None = Field(default=None, description=f"The window: {WINDOWS_TEXT}.")
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _whole_tokens(cls, value: Any) -> Any:
+        return _tokens(value)
+
+    @field_validator("per")
+    @classmethod
+    def _known_unit(cls, value: str | None) -> str | None:
+        return _per(value)
+
+
+class Limit(_LimitFields):
+    """One limit of a budget: `tokens` or `usd` per fixed, UTC-aligned `per` window."""
+
+    per: str = Field(description=f"The window: {WINDOWS_TEXT}.")
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Limit:
+        problem = _limit_problem(self.tokens, self.usd, self.per)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+class Budget(_LimitFields):
+    """A budget: one limit written inline (the short form), or `limits`, every one of which applies."""
+
+    limits: list[Limit] | None = Field(
+        default=None,
+        description=(
+            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd, per}}`), every one applies; a budget "
+            "with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
+        ),
+    )
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limit_count(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError(
+                "is empty: give at least one limit, e.g. limits: [{tokens: 500, per: Day}], or use the short form "
+                "(tokens or usd, and per, on the budget itself)"
+            )
+        if isinstance(value, list) and len(value) > MAX_LIMITS_PER_BUDGET:
+            raise ValueError(
+                f"has {len(value)} limits: a budget may have at most {MAX_LIMITS_PER_BUDGET} (one per window and "
+                "unit is plenty). Drop the ones another limit already implies"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Budget:
+        inline = [
+            key for key, value in (("tokens", self.tokens), ("usd", self.usd), ("per", self.per)) if value is not None
+        ]
+        if self.limits is not None:
+            if inline:
+                raise ValueError(
+                    f"has both limits and {', '.join(inline)}: use either the short form ({{tokens|usd, per}} on the "
+                    "budget) or limits, not both. Move the inline limit into limits"
+                )
+            return self
+        problem = _limit_problem(self.tokens, self.usd, self.per)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def limit_list(self) -> list[Limit]:
+        """Every limit of the budget, in order (the short form is one limit)."""
+        if self.limits is not None:
+            return list(self.limits)
+        if self.usd is not None:
+            return [Limit(usd=self.usd, per=self.per)]  # type: ignore[arg-type]
+        return [Limit(tokens=self.tokens, per=self.per)]  # type: ignore[arg-type]
+
+
+class BudgetClass(Budget):
+    """Actors sharing one budget (each still has its own buckets); one rate-limit rule per limit."""
+
+    name: str = Field(description="DNS label, unique among classes. Classes are append-only.")
+    # Empty retires the class while keeping every later class (and its counters) in place.
+    actors: list[ActorId] = Field(
+        default_factory=list,
+        description="Members; each must be in `actors` and in at most one class. Empty retires the class in place.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_label(cls, value: str) -> str:
+        return check_dns_label(value, "class name")
+
+
+class BudgetsConfig(ConfigModel):
+    """`agent-budgets:budgets`: the default budget and the ordered, append-only classes."""
+
+    default: Budget = Field(description="The budget of every actor not in a class.")
+    classes: list[BudgetClass] = Field(
+        default_factory=list,
+        description="Other budgets in order; each limit of a class is one rate-limit rule. Append only, never reorder.",
+    )
+
+    @property
+    def uses_usd(self) -> bool:
+        """Whether any limit is in dollars (so every route model needs a price)."""
+        return any(limit.usd is not None for budget in (self.default, *self.classes) for limit in budget.limit_list())

@@ -1,0 +1,104 @@
+"""`agent-budgets:monitoring`: per-actor gateway metrics and the budget alerts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from core.settings.base import DNS_SUBDOMAIN, ConfigModel
+
+# An OpenTelemetry attribute name as Agent Router's header mapping takes it: dotted lowercase words.
+_OTEL_ATTRIBUTE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+# A Kubernetes label key (optional DNS-subdomain prefix) and value.
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$")
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
+        return f"label key {key!r} has a prefix that is not a DNS subdomain"
+    if not _LABEL_NAME.match(name):
+        return f"label key {key!r} is not a Kubernetes label name (1-63 letters, digits, '-', '_', '.')"
+    return None
+
+
+class MonitoringSettings(ConfigModel):
+    """Per-actor gateway metrics, and the optional alerts on every budget (Prometheus Operator)."""
+
+    actor_metrics: bool = Field(
+        default=True,
+        description=(
+            "Agent Router labels its GenAI metrics (`gen_ai.client.token.usage`, request duration) with the "
+            "caller's `x-actor-id` (chart value `controller.metricsRequestHeaderAttributes`)."
+        ),
+    )
+    actor_attribute: str = Field(
+        default="actor.id",
+        description=(
+            "The OpenTelemetry attribute that holds the actor id; Prometheus shows it with dots as underscores "
+            "(`actor.id` → label `actor_id`)."
+        ),
+    )
+    prometheus_rules: bool = Field(
+        default=False,
+        description=(
+            "Create a PrometheusRule with two alerts per budget (near its limit, over it). Needs the Prometheus "
+            "Operator CRDs in the cluster."
+        ),
+    )
+    near_limit_percent: float = Field(
+        default=80,
+        gt=0,
+        lt=100,
+        description=(
+            "The share of a budget at which the near-limit alert fires; also the rate-limit service's "
+            "`NEAR_LIMIT_RATIO` (its upstream default is 80%)."
+        ),
+    )
+    rule_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Labels on the PrometheusRule, so that your Prometheus' `ruleSelector` picks it up (e.g. "
+            "`release: kube-prometheus-stack`)."
+        ),
+    )
+
+    @field_validator("near_limit_percent", mode="before")
+    @classmethod
+    def _percent_is_a_number(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"got {value!r}: give a percentage between 0 and 100, e.g. nearLimitPercent: 80")
+        if isinstance(value, str):
+            text = value.strip().removesuffix("%").strip()
+            raise ValueError(
+                f"got {value!r}: write the percentage as a number without quotes or %, e.g. nearLimitPercent: "
+                f"{text if text.replace('.', '', 1).isdigit() else 80}"
+            )
+        return value
+
+    @field_validator("actor_attribute")
+    @classmethod
+    def _attribute(cls, value: str) -> str:
+        if len(value) > 100 or not _OTEL_ATTRIBUTE.match(value):
+            raise ValueError(
+                f"actorAttribute {value!r} is not an attribute name such as actor.id: lowercase words of letters, "
+                "digits and '_', joined by dots"
+            )
+        return value
+
+    @field_validator("rule_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            problem = _label_key_problem(key)
+            if problem:
+                raise ValueError(problem)
+            if not isinstance(label, str) or not _LABEL_VALUE.match(label):
+                raise ValueError(
+                    f"label {key}: {label!r} is not a Kubernetes label value (at most 63 letters, digits, '-', '_', "
+                    "'.', starting and ending with a letter or digit)"
+                )
+        return value

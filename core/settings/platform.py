@@ -1,0 +1,198 @@
+"""The cluster side: `kubernetes`, `gateway`, `budgetPolicy`, `rateLimit` and `platform` (the Helm releases)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from core.settings.base import DURATION, QUANTITY, RELEASE_VERSION, ConfigModel, check_dns_label
+from core.settings.budgets import MAX_LIMITS_PER_BUDGET
+
+
+class KubernetesSettings(ConfigModel):
+    """The cluster the program targets: an explicit context, never the ambient one."""
+
+    context: str = Field(
+        default="kind-agent-budgets", description="Kube context of the program's explicit Kubernetes provider."
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        description=(
+            "Kubeconfig path or contents, for the Kubernetes provider and `kubectl ate`; unset means the kubeconfig "
+            "default path. Contents are kept secret: store them with `pulumi config set --secret --path`."
+        ),
+        json_schema_extra={"sensitive": True},
+    )
+
+    @field_validator("context")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("context is empty: name the kube context, e.g. kind-agent-budgets")
+        return value
+
+
+class GatewaySettings(ConfigModel):
+    """The model gateway: where our objects live and how requests are buffered."""
+
+    namespace: str = Field(
+        default="agent-budgets", description="Where the Gateway, the policies, the routes and the mock model live."
+    )
+    port: int = Field(
+        default=80, ge=1, le=65535, description="Listener port of the Gateway, and the port every egress policy allows."
+    )
+    request_buffer_limit: str = Field(
+        default="50Mi",
+        description=(
+            "ClientTrafficPolicy buffer (a Kubernetes quantity); Envoy's 32 KiB default is too small for LLM bodies."
+        ),
+    )
+    # kind nodes are small: drop the proxy's default resource requests there.
+    small_cluster: bool = Field(default=False, description="Drop the Envoy proxy's resource requests (for kind).")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return check_dns_label(value, "namespace")
+
+    @field_validator("request_buffer_limit")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if not QUANTITY.match(value):
+            raise ValueError(f"requestBufferLimit {value!r} is not a Kubernetes quantity such as 50Mi")
+        return value
+
+
+class BudgetPolicySettings(ConfigModel):
+    """Layout of the budget policy. Changing it moves counter keys: every default bucket restarts."""
+
+    # Fixed number of inverted-regex matches that exclude class members from the default rule.
+    # 32 by measurement (docs/message-size.md, scripts/measure_exclusion_slots.py): every slot lengthens every
+    # default-budget counter key by about 32 bytes (stored in Redis, sent with every rate-limit check) and
+    # admits about 83 more class members with ids like agents/actor-00042.
+    exclusion_slots: int = Field(
+        default=32,
+        ge=1,
+        le=1023,
+        description=(
+            "Fixed number of matches that exclude class members from the default rule (about 83 members each; "
+            "each one adds about 32 bytes to every default counter key); changing it restarts every default bucket "
+            "once. See docs/message-size.md."
+        ),
+    )
+    limit_slots: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_LIMITS_PER_BUDGET,
+        description=(
+            "Rule slots each budget reserves for its limits: at least the most `limits` any budget has. With 1, the "
+            "layout of single-limit versions; changing it restarts every class's counters once (the default "
+            "budget's limits keep theirs), so leave room for the windows you will add."
+        ),
+    )
+
+
+class RateLimitSettings(ConfigModel):
+    """Envoy's behaviour toward the rate-limit service, and how many `envoy-ratelimit` pods serve it."""
+
+    fail_closed: bool = Field(
+        default=False,
+        description="On a rate-limit store outage, answer 500 instead of letting calls through unmetered.",
+    )
+    timeout: str = Field(
+        default="100ms", description="Envoy → rate-limit service timeout; a slower answer counts as an outage."
+    )
+    # Fail-closed turns a lone rate-limit pod into a single point of failure: run two or more.
+    replicas: int = Field(
+        default=1, ge=1, le=16, description="Rate-limit service pods; 2 or more also get a PodDisruptionBudget."
+    )
+
+    @field_validator("timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not DURATION.match(value) or all(ch == "0" for ch in re.sub(r"[a-z]", "", value)):
+            raise ValueError(f"timeout {value!r} must be a positive duration such as 100ms or 1s")
+        return value
+
+
+# The extension-server message cap (docs/message-size.md). Envoy Gateway's pattern for maxMessageSize
+# (api/v1alpha1/envoygateway_types.go v1.9.0) admits a whole number with an optional suffix; these are the
+# suffixes that make sense for a message size.
+MIB = 1024 * 1024
+EXTENSION_MESSAGE_LIMIT_DEFAULT = "16Mi"
+MIN_EXTENSION_MESSAGE_LIMIT = 4 * 1024 * 1024
+MAX_EXTENSION_MESSAGE_LIMIT = 512 * 1024 * 1024
+_MESSAGE_SIZE = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|k|M|G|)$")
+_MESSAGE_SIZE_FACTORS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB}
+
+
+def message_size_bytes(quantity: str) -> int | None:
+    """A message size as Envoy Gateway's `maxMessageSize` takes it ("16Mi", "4M", "16777216") in bytes, or
+    None when it is not a whole quantity with one of those suffixes."""
+    match = _MESSAGE_SIZE.match(quantity)
+    return int(match.group(1)) * _MESSAGE_SIZE_FACTORS[match.group(2)] if match else None
+
+
+def _message_size_text(value: Any) -> Any:
+    """A YAML integer is a byte count: Envoy Gateway's quantity accepts a number or text alike."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class PlatformSettings(ConfigModel):
+    """Helm releases that install Envoy Gateway and Agent Router."""
+
+    install: bool = Field(
+        default=True,
+        description=(
+            "Install Envoy Gateway and Agent Router with Helm; with `false` they must already run with our values."
+        ),
+    )
+    envoy_gateway_version: str = Field(
+        default="v1.9.3", description="The `eg` release of `oci://docker.io/envoyproxy/gateway-helm`."
+    )
+    agent_router_version: str = Field(
+        default="v1.2.1",
+        description="The `aieg-crd` and `aieg` releases; v1.2 needs Envoy Gateway v1.9.2 or newer.",
+    )
+
+    extension_message_limit: Annotated[str, BeforeValidator(_message_size_text)] = Field(
+        default=EXTENSION_MESSAGE_LIMIT_DEFAULT,
+        description=(
+            "Cap on the one message Envoy Gateway sends Agent Router's extension server, a quantity such as `16Mi` or "
+            "a number of bytes (set on both ends: Envoy "
+            "Gateway `extensionManager.maxMessageSize`, Agent Router `controller.maxRecvMsgSize`); the preview "
+            "refuses budgets and routes whose message would not fit with 25% headroom. See docs/message-size.md."
+        ),
+    )
+
+    @field_validator("envoy_gateway_version", "agent_router_version")
+    @classmethod
+    def _semver(cls, value: str) -> str:
+        if not RELEASE_VERSION.match(value):
+            raise ValueError(f"version {value!r} is not a release version such as v1.9.3")
+        return value
+
+    @field_validator("extension_message_limit")
+    @classmethod
+    def _message_limit(cls, value: str) -> str:
+        size = message_size_bytes(value)
+        if size is None:
+            raise ValueError(
+                f"extensionMessageLimit {value!r} is not a whole quantity: write e.g. 16Mi, 16M or 16777216 "
+                "(suffixes Ki, Mi, Gi, k, M, G)"
+            )
+        if not MIN_EXTENSION_MESSAGE_LIMIT <= size <= MAX_EXTENSION_MESSAGE_LIMIT:
+            raise ValueError(
+                f"extensionMessageLimit {value!r} is {size:,} bytes: use 4Mi to 512Mi (gRPC's own default is 4Mi; "
+                "larger messages cost Envoy Gateway and Agent Router memory on every configuration change)"
+            )
+        return value
+
+    @property
+    def extension_message_bytes(self) -> int:
+        """The limit in bytes."""
+        size = message_size_bytes(self.extension_message_limit)
+        assert size is not None  # the validator refused anything else
+        return size

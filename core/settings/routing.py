@@ -1,0 +1,116 @@
+"""`agent-budgets:providers`, `routes` and `mockModel`: where calls go, and the in-cluster mock."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, ConfigModel, check_dns_label
+
+MAX_MODELS_PER_ROUTE = 128
+"""The most model names one route serves."""
+ProviderKind = Literal["mock", "openai", "anthropic"]
+PROVIDER_DEFAULT_HOSTS: dict[str, str] = {
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+}
+
+
+class Provider(ConfigModel):
+    """A model provider behind the gateway; its key lives only in a Secret next to the gateway."""
+
+    name: str = Field(description="DNS label, unique; routes name it.")
+    kind: ProviderKind = Field(description="`mock` (in-cluster), `openai` or `anthropic`.")
+    hostname: str | None = Field(
+        default=None,
+        description=(
+            "Upstream host for an OpenAI- or Anthropic-compatible endpoint; default `api.openai.com` / "
+            "`api.anthropic.com`."
+        ),
+    )
+    port: int | None = Field(default=None, ge=1, le=65535, description="Upstream port; default 443.")
+    # The Pulumi secret config key holding this provider's API key (default: "<name>ApiKey").
+    api_key_config: str | None = Field(
+        default=None, description="The **secret** config key holding the provider's key; default `<name>ApiKey`."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "provider name")
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f"hostname {value!r} is not a lowercase DNS name such as api.openai.com")
+        return value
+
+    @field_validator("api_key_config")
+    @classmethod
+    def _key_name(cls, value: str | None) -> str | None:
+        if value is not None and not CONFIG_KEY.match(value):
+            raise ValueError(f"apiKeyConfig {value!r} is not a config key name such as openaiApiKey")
+        return value
+
+    @property
+    def needs_api_key(self) -> bool:
+        """Remote providers need a key from secret config; the mock gets a generated one."""
+        return self.kind != "mock"
+
+    @property
+    def api_key_config_key(self) -> str:
+        """The config key (without the project prefix) that must hold this provider's key."""
+        return self.api_key_config or f"{self.name}ApiKey"
+
+    @property
+    def effective_hostname(self) -> str | None:
+        """The upstream host: configured, or the kind's public API host."""
+        return self.hostname or PROVIDER_DEFAULT_HOSTS.get(self.kind)
+
+    @property
+    def effective_port(self) -> int:
+        """The upstream port: 443 for the public APIs, 8080 for the in-cluster mock."""
+        if self.port is not None:
+            return self.port
+        return 8080 if self.kind == "mock" else 443
+
+    @property
+    def uses_tls(self) -> bool:
+        """Remote providers are reached over TLS, validated against the system trust store."""
+        return self.kind != "mock"
+
+
+class Route(ConfigModel):
+    """A model route: requests naming one of `models` go to `provider`. All routes share budgets."""
+
+    name: str = Field(description="DNS label, unique; the AIGatewayRoute's name.")
+    models: list[str] = Field(
+        min_length=1, max_length=MAX_MODELS_PER_ROUTE, description="Model names agents send; each belongs to one route."
+    )
+    provider: str = Field(description="The `providers[].name` that serves these models.")
+    model_name_override: str | None = Field(default=None, description="Model name sent upstream instead.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_dns_label(value, "route name")
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: list[str]) -> list[str]:
+        for model in value:
+            if not model or len(model) > 4096 or model != model.strip():
+                raise ValueError(f"model name {model!r} must be a non-empty string without surrounding spaces")
+        if len(set(value)) != len(value):
+            raise ValueError(f"models {value} lists a model twice")
+        return value
+
+
+class MockModelSettings(ConfigModel):
+    """The in-cluster OpenAI-compatible mock used by the dev stack."""
+
+    total_tokens: int = Field(default=200, ge=1, le=1_000_000_000, description="Tokens the mock reports per call.")
+    image: str = Field(default="python:3.12-alpine", description="Image that runs the mock's Python server.")
+    replicas: int = Field(default=1, ge=1, le=10, description="Mock model pods.")
