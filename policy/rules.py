@@ -15,7 +15,7 @@ validations see *outputs* (for these objects the same shape, plus what the clust
 The rules reuse the program's facts rather than restating them: Envoy Gateway's caps and the cost
 metadata from `core/budget_rules.py`, the rule-translation model in
 `core/ratelimit_model.py`, the gateway hostname, provider hosts and actor-JWT lifetime from
-`core/egress.py` (whose `build_rules` is exactly what the dynamic provider sends), the chart and
+`core/egress/` (whose `build_rules` is exactly what the dynamic provider sends), the chart and
 Redis names from `core/platform_values.py`. These are pure modules: importing them starts no Pulumi
 program.
 """

@@ -39,7 +39,7 @@ pflag/cobra syntax as the real parser takes it: ``--flag value``, ``--flag=value
 Simplifications, none reachable by the provider: manifests and kubeconfigs must be JSON (YAML's JSON
 subset; the provider writes JSON manifests and tests write JSON kubeconfigs); the server's own rule
 validation (``apivalidation/egress_policy.go``) is not repeated here beyond refusing unknown fields
-(``core/egress.py`` checks those rules before any call, and its tests cover them); ``delete actor``
+(``core/egress/constraints.py`` checks those rules before any call, and its tests cover them); ``delete actor``
 exists only as far as the tests use it (``delete actor <name> -a <atespace>``).
 
 Each cluster (the ``server`` of the kubeconfig context's cluster) has its own actors and policies, so
