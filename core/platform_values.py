@@ -7,9 +7,11 @@ release or the rate-limit store receives without running a program. `components/
 Facts behind the values (reference/agent-router.md §2, reference/envoy-gateway.md §5 and §7):
 
 * gateway-helm reads only `config.envoyGateway`; anything directly under `config:` is silently ignored.
-* Envoy Gateway hands the `envoy-ratelimit` container only `REDIS_URL` (and `REDIS_TLS`): the password
-  (`REDIS_AUTH`), `REDIS_TYPE` and the cluster pipelining window go into
+* Envoy Gateway hands the `envoy-ratelimit` container only `REDIS_URL`: the password (`REDIS_AUTH`),
+  `REDIS_TYPE`, the cluster pipelining window and TLS (`REDIS_TLS`, `REDIS_TLS_CACERT`) go into
   `provider.kubernetes.rateLimitDeployment.container.env`, which Envoy Gateway merges into its own env.
+  `core.ratelimit_deployment` renders the resulting pod as Envoy Gateway does, and the tests check it for
+  every Redis mode.
 * Agent Router's extension server is the `ai-gateway-controller` Service on port 1063; its chart must
   know where Envoy Gateway runs the Envoy pods (`envoyGateway.namespace`).
 """
@@ -141,6 +143,9 @@ def ratelimit_container_env(
         # envoyproxy/ratelimit src/settings/settings.go REDIS_SENTINEL_AUTH: the Sentinels' own password.
         sentinel = {"secretKeyRef": {"name": secret_name, "key": SENTINEL_PASSWORD_KEY}}
         env.append({"name": "REDIS_SENTINEL_AUTH", "valueFrom": sentinel})
+    if redis_uses_tls(redis):
+        # Set here, never through `rateLimit.backend.redis.tls`: see envoy_gateway_config.
+        env.append({"name": "REDIS_TLS", "value": "true"})
     if redis_private_ca(redis) is not None:
         # REDIS_TLS_CACERT is a file path (settings.go, utils.TlsConfigFromFiles): the CA is mounted there.
         env.append({"name": "REDIS_TLS_CACERT", "value": f"{REDIS_CA_DIR}/{REDIS_CA_KEY}"})
@@ -177,10 +182,13 @@ def ratelimit_ca_volume() -> tuple[dict[str, Any], dict[str, Any]]:
 def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
     """The `config.envoyGateway` map: Agent Router's extension manager and global rate limiting."""
     redis = settings.redis
+    # No `tls` block, even with redis.tls: Envoy Gateway mounts a `redis-certs` volume whenever `tls` is set
+    # but creates that volume only with `tls.certificateRef` (a client certificate, which we do not use), so
+    # `tls: {}` renders a Deployment the API server refuses and no envoy-ratelimit pod runs. Every release
+    # from v0.5.0 through v1.9.0 and main (d32f282) does this (internal/infrastructure/kubernetes/ratelimit/
+    # resource.go). REDIS_TLS=true in the container env (ratelimit_container_env) turns TLS on instead, with
+    # the same effect on the service, on every Envoy Gateway version.
     redis_backend: dict[str, Any] = {"url": redis_url(redis)}
-    if redis_uses_tls(redis):
-        # An empty tls block sets REDIS_TLS=true (server certificate checked against the system roots).
-        redis_backend["tls"] = {}
     rate_limit_deployment: dict[str, Any] = {
         "replicas": settings.rate_limit.replicas,
         # NEAR_LIMIT_RATIO: where the rate-limit service starts counting `near_limit` (the near-limit alert).

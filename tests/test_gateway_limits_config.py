@@ -208,5 +208,5 @@ def test_the_sentinel_password_is_a_required_secret():
 def test_without_a_private_ca_or_sentinel_auth_nothing_extra_is_mounted():
     stack = _validate(_external(url="r.example:6379", tls=True)).settings
     names = [item["name"] for item in pv.ratelimit_container_env(stack.redis)]
-    assert names == ["REDIS_AUTH"]
+    assert names == ["REDIS_AUTH", "REDIS_TLS"]
     assert "pod" not in pv.envoy_gateway_config(stack)["provider"]["kubernetes"]["rateLimitDeployment"]

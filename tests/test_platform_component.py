@@ -17,6 +17,7 @@ import pytest
 
 from components.platform_releases import Platform, PlatformDeps
 from core import platform_values as pv
+from core.ratelimit_deployment import pod_problems, read_redis_client, render_ratelimit_pod
 from core.settings import StackSettings
 from core.validation import parse_settings
 from tests.support.monitor import RecordingMonitor, Registration
@@ -116,7 +117,7 @@ def test_external_fail_closed_values(external):
     _, monitor, _ = external
     rate_limit = release(monitor, "eg").inputs["values"]["config"]["envoyGateway"]["rateLimit"]
     assert rate_limit == {
-        "backend": {"type": "Redis", "redis": {"url": "redis.prod.example.internal:6380", "tls": {}}},
+        "backend": {"type": "Redis", "redis": {"url": "redis.prod.example.internal:6380"}},
         "failClosed": True,
         "timeout": "250ms",
     }
@@ -315,7 +316,13 @@ def test_stack_files_produce_the_expected_releases_and_values(stack):
         assert monitor.one("StatefulSet", "redis").object_namespace == "agent-budgets-redis"
     else:
         assert rate_limit["failClosed"] is True
-        assert rate_limit["backend"]["redis"] == {"url": "redis.prod.example.internal:6380", "tls": {}}
+        assert rate_limit["backend"]["redis"] == {"url": "redis.prod.example.internal:6380"}
+        # TLS Redis: the rate-limit pod Envoy Gateway renders from these values has a volume for every mount
+        # and turns TLS on (issue 22: the old `tls: {}` mounted `redis-certs` with no such volume).
+        pod = render_ratelimit_pod(release(monitor, "eg").inputs["values"]["config"]["envoyGateway"])
+        assert pod_problems(pod) == []
+        assert {m["name"] for m in pod.volume_mounts} <= {v["name"] for v in pod.volumes}
+        assert read_redis_client(pod).tls is True
         assert not [r for r in monitor.of_type(":StatefulSet") if r.object_name == "redis"]
         assert monitor.one("Secret", "envoy-ratelimit-redis").object_namespace == "envoy-gateway-system"
 

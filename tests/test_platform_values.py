@@ -196,13 +196,21 @@ def test_the_near_limit_share_reaches_the_rate_limit_service(percent, ratio):
 
 
 def test_external_redis_url_tls_and_type():
+    """TLS is REDIS_TLS in the container env, never a `tls` block: Envoy Gateway (v0.5.0 to v1.9.0 and main,
+    ratelimit/resource.go) mounts a `redis-certs` volume for any `tls` block but creates it only with a
+    certificateRef, so `tls: {}` left the rate-limit Deployment invalid (issue 22; tests/test_ratelimit_deployment.py
+    renders the pod)."""
     single = eg_config(settings(redis={**EXTERNAL, "tls": True}))
-    assert single["rateLimit"]["backend"]["redis"] == {"url": "redis.prod.example.internal:6380", "tls": {}}
+    assert single["rateLimit"]["backend"]["redis"] == {"url": "redis.prod.example.internal:6380"}
     env = single["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"]
-    assert [item["name"] for item in env] == ["REDIS_AUTH", "NEAR_LIMIT_RATIO"]  # REDIS_TYPE defaults to SINGLE
+    # REDIS_TYPE defaults to SINGLE (envoyproxy/ratelimit src/settings/settings.go).
+    assert [item["name"] for item in env] == ["REDIS_AUTH", "REDIS_TLS", "NEAR_LIMIT_RATIO"]
+    assert env[1] == {"name": "REDIS_TLS", "value": "true"}
 
     no_tls = eg_config(settings(redis=EXTERNAL))
     assert "tls" not in no_tls["rateLimit"]["backend"]["redis"]
+    no_tls_env = no_tls["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"]
+    assert "REDIS_TLS" not in [item["name"] for item in no_tls_env]
 
 
 def test_sentinel_and_cluster_set_redis_type():
@@ -328,7 +336,9 @@ def test_prod_stack_is_a_real_environment():
     assert prod.kubernetes.context != "kind-agent-budgets"
     eg, crds, controller = pv.release_specs(prod)
     redis = eg.values["config"]["envoyGateway"]["rateLimit"]["backend"]["redis"]
-    assert redis == {"url": "redis.prod.example.internal:6380", "tls": {}}
+    assert redis == {"url": "redis.prod.example.internal:6380"}
+    env = eg.values["config"]["envoyGateway"]["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["env"]
+    assert {"name": "REDIS_TLS", "value": "true"} in env
     assert (eg.version, crds.version, controller.version) == ("v1.9.3", "v1.2.1", "v1.2.1")
 
 
