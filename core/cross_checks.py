@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from core import egress
+from core import egress, money
 from core.config_messages import aliases, field_at, model_at
 from core.problems import PROJECT, Problem
 from core.settings import (
@@ -223,46 +223,84 @@ def _usd_limit_keys(view: ConfigView) -> list[str]:
     return keys
 
 
-def _route_models(view: ConfigView) -> dict[str, str]:
-    """Every model a route serves → where (`routes[i].models[j]`)."""
-    served: dict[str, str] = {}
-    for index, _ in view.entries("routes"):
-        for model_index, model in view.strings("routes", index, "models") or []:
-            served.setdefault(model, f"routes[{index}].models[{model_index}]")
-    return served
+def _billed_models(view: ConfigView) -> dict[str, str]:
+    """Every name a route's calls are priced by → where it is written.
+
+    Agent Router prices a call by the model name it sends upstream (core.money.billed_models): a route's
+    `modelNameOverride` (`routes[i].modelNameOverride`) when it has one, else each of its `models`
+    (`routes[i].models[j]`). A name no CEL string can hold is left out: its own field reports it.
+    """
+    billed: dict[str, str] = {}
+    for index, route in view.entries("routes"):
+        override = route.get("modelNameOverride")
+        if isinstance(override, str) and override:
+            names = [(override, f"routes[{index}].modelNameOverride")]
+        else:
+            names = [(m, f"routes[{index}].models[{j}]") for j, m in view.strings("routes", index, "models") or []]
+        for name, where in names:
+            if money.cel_string_problem(name) is None:
+                billed.setdefault(name, where)
+    return billed
+
+
+def _overridden_models(view: ConfigView) -> dict[str, tuple[int, str]]:
+    """Model names agents send on a route with a `modelNameOverride` → (route index, the override)."""
+    overridden: dict[str, tuple[int, str]] = {}
+    for index, route in view.entries("routes"):
+        override = route.get("modelNameOverride")
+        if isinstance(override, str) and override:
+            for _, model in view.strings("routes", index, "models") or []:
+                overridden.setdefault(model, (index, override))
+    return overridden
 
 
 def check_route_models_priced(view: ConfigView) -> Iterator[Problem]:
-    """With any `usd` limit, every model a route serves has a price: an unpriced call would cost nothing."""
+    """With any `usd` limit, every name a route bills by has a price: an unpriced call would cost nothing."""
     usd_keys = _usd_limit_keys(view)
     prices = view.get("prices")
     if not usd_keys or not isinstance(prices, Mapping):
         return
-    for model, where in _route_models(view).items():
-        if model not in prices:
-            yield Problem(
-                "prices",
-                f"has no price for model {model!r} ({where}), but {usd_keys[0]} is a budget in dollars: calls to it "
-                f"would cost nothing. Add `{model}: {{input: <USD per 1M tokens>, output: <USD per 1M tokens>}}` "
-                f"under {PROJECT}:prices",
+    for model, where in _billed_models(view).items():
+        if model in prices:
+            continue
+        if where.endswith(".modelNameOverride"):
+            reason = (
+                f"{where} sends every call of that route upstream as {model!r}, and Agent Router prices a call by "
+                "the model name it sends upstream, not the one the agent asked for"
             )
+        else:
+            reason = where
+        yield Problem(
+            "prices",
+            f"has no price for model {model!r} ({reason}), but {usd_keys[0]} is a budget in dollars: calls to it "
+            f"would cost nothing. Add `{model}: {{input: <USD per 1M tokens>, output: <USD per 1M tokens>}}` "
+            f"under {PROJECT}:prices",
+        )
 
 
 def price_warnings(view: ConfigView) -> list[Problem]:
-    """Prices for models no route serves: accepted (a route may come later), but said in every preview."""
+    """Prices no route bills by: accepted (a route may come later), but said in every preview."""
     prices = view.get("prices")
     if not isinstance(prices, Mapping) or not isinstance(view.get("routes"), list):
         return []
-    served = _route_models(view)
-    return [
-        Problem(
-            f"prices.{model}",
-            f"no route serves model {model!r}, so this price is never used: check the spelling against "
-            f"{PROJECT}:routes[].models (the names agents send), or remove it",
-        )
-        for model in prices
-        if model not in served
-    ]
+    billed, overridden = _billed_models(view), _overridden_models(view)
+    warnings: list[Problem] = []
+    for model in prices:
+        if model in billed:
+            continue
+        if model in overridden:
+            index, override = overridden[model]
+            message = (
+                f"routes[{index}] sends {model!r} upstream as {override!r} (modelNameOverride), and calls are priced "
+                f"by that name, so this price is never used: the price of {override!r} applies"
+            )
+        else:
+            message = (
+                f"no route serves model {model!r}, so this price is never used: check the spelling against "
+                f"{PROJECT}:routes[].models (the names agents send), or remove it"
+            )
+        warnings.append(Problem(f"prices.{model}", message))
+    return warnings
 
 
 # ---------------------------------------------------------------------------------------------------------

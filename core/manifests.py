@@ -317,8 +317,9 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
     # tokens for tokens limits, and (when any limit is in dollars) the call's price in mills.
     costs: list[dict[str, Any]] = [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
     if settings.budgets.uses_usd:
-        prices = {model: settings.prices[model].to_price() for model in route.models}
-        costs.append(route_cost_entry(route.models, prices))
+        # Priced by the name Agent Router sends upstream: the override when the route has one (core.money).
+        prices = {model: settings.prices[model].to_price() for model in route.billed_models}
+        costs.append(route_cost_entry(route.billed_models, prices))
     return Manifest(
         "aigateway.envoyproxy.io/v1beta1",
         "AIGatewayRoute",

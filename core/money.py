@@ -18,14 +18,22 @@ an optional `cacheWrite1h` price can use them.
 * Agent Router evaluates a route's `llmRequestCosts` entry of `type: CEL` once per response, at the
   end of the body or stream, and stores the result under its `metadataKey` in the dynamic-metadata
   namespace `io.envoy.ai_gateway` (envoyproxy/ai-gateway v1.1.0 `internal/extproc/processor_impl.go`
-  `buildDynamicMetadata`, `evalCost`). The expression sees `model` (the `x-ai-eg-model` header, i.e.
-  the model name the agent sent, before any `modelNameOverride`), `backend`, `route_name` and the
+  `buildDynamicMetadata`, `evalCost`). The expression sees `model`, `backend`, `route_name` and the
   unsigned integers `input_tokens`, `cached_input_tokens`, `cache_creation_input_tokens`,
   `output_tokens`, `total_tokens`, `reasoning_tokens`; it must return a non-negative int or uint
   (`internal/llmcostcel/cel.go` `NewProgram`, `EvaluateProgram`). The controller compiles it and
   evaluates it once with `model == "dummy"` and every count 0; an expression that fails there is
-  refused. A failed evaluation at run time fails the whole metadata build, so this expression never
-  errors: no unsigned underflow, no overflow, no missing map key (the tests prove it at the extremes).
+  refused, and with it the whole Gateway's filter configuration stays as it was
+  (`internal/controller/gateway.go:201-210`, `:512-516`). A failed evaluation at run time fails the
+  whole metadata build, so this expression never errors: no unsigned underflow, no overflow, no
+  missing map key (the tests prove it at the extremes, with Google's checked CEL compile).
+* **`model` is the name the provider bills.** `model` is the `x-ai-eg-model` header, and when the
+  route's backend has a `modelNameOverride`, Agent Router rewrites that header to the override
+  *before* it evaluates costs (`processor_impl.go:706-709` `SetBackend`: "Header-derived labels/CEL must
+  be able to see the overridden request model"; `evalCost` passes that header, `:882`; v1.1.0, kept in
+  theagentrouter/agent-router 05440134). So a route with an override prices
+  every call at the override model's price, whatever name the agent sent (`billed_models`), and the
+  program requires that price; a route without one prices each call by the name the agent sent.
 * `input_tokens` already counts every input token, cache reads and cache writes included:
   - OpenAI schema: `usage.prompt_tokens` (which OpenAI documents as including
     `prompt_tokens_details.cached_tokens`); cached = `prompt_tokens_details.cached_tokens`, cache
@@ -232,8 +240,39 @@ def call_cost_mills(price: ModelPrice, usage: Usage) -> int:
     return min(mills, MAX_MILLS_PER_CALL)
 
 
+def billed_models(models: Sequence[str], model_name_override: str | None) -> tuple[str, ...]:
+    """The names a route's calls are priced by: what Agent Router's CEL `model` holds on that route.
+
+    The route's `modelNameOverride` when it has one (Agent Router rewrites the model header to it before
+    it evaluates costs, see the module docstring), else each name the agents send.
+    """
+    return (model_name_override,) if model_name_override else tuple(models)
+
+
+def cel_string_problem(text: str) -> str | None:
+    """Why no CEL parser accepts `text` as a string literal, or None when one does.
+
+    Every character is written as itself or escaped (`cel_string`), so the only text a parser refuses is
+    one holding a code point that is not a Unicode scalar value: a lone surrogate (U+D800 to U+DFFF),
+    which UTF-8 cannot carry and which `\\u` escapes may not name (cel-go v0.28.1, the version
+    envoyproxy/ai-gateway v1.1.0 builds with, `parser/unescape.go` `unescapeChar`: `utf8.ValidRune`;
+    cel-cpp refuses the same, which the tests check with cel-expr-python).
+    """
+    for position, character in enumerate(text):
+        if 0xD800 <= ord(character) <= 0xDFFF:
+            return (
+                f"holds U+{ord(character):04X} at position {position}, a lone surrogate that is not a Unicode "
+                "character: Agent Router's CEL parser refuses a cost expression naming it, and one refused "
+                "expression keeps the whole gateway's configuration from updating"
+            )
+    return None
+
+
 def cel_string(text: str) -> str:
     """A CEL double-quoted string literal for `text` (every quote, backslash and control escaped)."""
+    problem = cel_string_problem(text)
+    if problem:
+        raise MoneyError(f"{text!r} {problem}")
     out = ['"']
     for ch in text:
         code = ord(ch)
@@ -241,8 +280,6 @@ def cel_string(text: str) -> str:
             out.append("\\" + ch)
         elif code < 0x20 or code == 0x7F:
             out.append(f"\\x{code:02x}")
-        elif 0xD800 <= code <= 0xDFFF:  # a lone surrogate cannot be encoded: escape it
-            out.append(f"\\u{code:04x}")
         else:
             out.append(ch)
     out.append('"')
@@ -253,23 +290,32 @@ def _price_list(scaled: Sequence[int]) -> str:
     return "[" + ", ".join(f"{p}u" for p in scaled) + "]"
 
 
-def route_cost_cel(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> str:
-    """The CEL expression charging a route's calls in mills.
+def _price_lookup(billed: Sequence[str], prices: Mapping[str, ModelPrice]) -> str:
+    """A CEL expression for the price list of the call's model.
 
-    `[[P[model] or the route's dearest prices].map(p, ceil(picodollars / 1e9))[0]].map(c, min(c, 1e9))[0]`:
-    the `map` macro over a one-element list binds the price list `p` and the cost `c` once (CEL has
-    no `let` in Agent Router's environment), so the expression grows linearly with the models. A
-    model name the route does not serve cannot reach it (the route matches on that name), but the
-    controller's trial run uses `model == "dummy"`: such a name is priced at the dearest price of
-    each kind among the route's models, never at zero.
+    One billed name (an override, or a one-model route): its prices, whatever `model` holds. Several: a
+    table keyed by name, and for a name outside it (only the controller's trial run with "dummy" can
+    bring one: the route matches on these names) the dearest price of each kind among them, never zero.
     """
-    if not models:
+    if len(billed) == 1:
+        return _price_list(prices[billed[0]].scaled())
+    table = "{" + ", ".join(f"{cel_string(m)}: {_price_list(prices[m].scaled())}" for m in billed) + "}"
+    dearest = [max(prices[m].scaled()[kind] for m in billed) for kind in range(len(PRICE_FIELDS))]
+    return f"model in {table} ? {table}[model] : {_price_list(dearest)}"
+
+
+def route_cost_cel(billed: Sequence[str], prices: Mapping[str, ModelPrice]) -> str:
+    """The CEL expression charging a route's calls in mills, priced by the route's billed model names.
+
+    `[[<price list>].map(p, ceil(picodollars / 1e9))[0]].map(c, min(c, 1e9))[0]`: the `map` macro over a
+    one-element list binds the price list `p` and the cost `c` once (CEL has no `let` in Agent Router's
+    environment), so the expression grows linearly with the models.
+    """
+    if not billed:
         raise MoneyError("a route with no models cannot be priced")
-    missing = [m for m in models if m not in prices]
+    missing = [m for m in billed if m not in prices]
     if missing:
         raise MoneyError(f"no price for model(s) {', '.join(map(repr, missing))}")
-    table = "{" + ", ".join(f"{cel_string(m)}: {_price_list(prices[m].scaled())}" for m in models) + "}"
-    dearest = [max(prices[m].scaled()[kind] for m in models) for kind in range(4)]
     fresh = (
         "(input_tokens > cached_input_tokens + cache_creation_input_tokens"
         " ? input_tokens - cached_input_tokens - cache_creation_input_tokens : 0u)"
@@ -278,13 +324,13 @@ def route_cost_cel(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> s
         f"{fresh} * p[0] + cached_input_tokens * p[1] + cache_creation_input_tokens * p[2] + output_tokens * p[3]"
     )
     rounded = f"({picodollars} + {PICODOLLARS_PER_MILL - 1}u) / {PICODOLLARS_PER_MILL}u"
-    lookup = f"model in {table} ? {table}[model] : {_price_list(dearest)}"
+    lookup = _price_lookup(billed, prices)
     return f"[[{lookup}].map(p, {rounded})[0]].map(c, c > {MAX_MILLS_PER_CALL}u ? {MAX_MILLS_PER_CALL}u : c)[0]"
 
 
-def route_cost_entry(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> dict[str, Any]:
-    """The AIGatewayRoute `llmRequestCosts` item reporting a call's cost in mills."""
-    expression = route_cost_cel(models, prices)
+def route_cost_entry(billed: Sequence[str], prices: Mapping[str, ModelPrice]) -> dict[str, Any]:
+    """The AIGatewayRoute `llmRequestCosts` item reporting a call's cost in mills (`billed_models` names)."""
+    expression = route_cost_cel(billed, prices)
     if len(expression) > MAX_CEL_CODE_POINTS:
         raise MoneyError(
             f"the cost expression of this route is {len(expression):,} characters, over the "

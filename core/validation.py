@@ -273,10 +273,11 @@ def route_cost_problems(routes: Sequence[Route], prices: Mapping[str, ModelPrice
     """Each route's cost expression can be built (a missing price is reported by the cross-key check)."""
     problems: list[Problem] = []
     for index, route in enumerate(routes):
-        if any(model not in prices for model in route.models):
+        billed = route.billed_models
+        if any(model not in prices for model in billed):
             continue
         try:
-            route_cost_entry(route.models, {model: prices[model].to_price() for model in route.models})
+            route_cost_entry(billed, {model: prices[model].to_price() for model in billed})
         except MoneyError as error:
             problems.append(Problem(f"routes[{index}].models", str(error)))
     return problems

@@ -1,4 +1,8 @@
-"""The money unit and the generated CEL cost expression, evaluated with cel-python.
+"""The money unit and the generated CEL cost expression, compiled and evaluated with Google's CEL.
+
+Every expression is compiled the way Agent Router's controller compiles it (a checked compile with its
+variable declarations, then the trial run) and evaluated the way its external processor evaluates it, with
+cel-expr-python (cel-cpp): tests/support/agent_router_cel.py says which upstream files it follows.
 
 The expected costs below are worked out by hand (in the comments) from the configured prices and the
 usage Agent Router hands the expression, following envoyproxy/ai-gateway v1.1.0:
@@ -6,8 +10,7 @@ usage Agent Router hands the expression, following envoyproxy/ai-gateway v1.1.0:
 prompt_tokens_details.cached_tokens; output_tokens = completion_tokens, which already holds
 completion_tokens_details.reasoning_tokens) and `internal/metrics/metrics.go`
 `ExtractTokenUsageFromExplicitCaching` (Anthropic: input_tokens = input_tokens + cache_read_input_tokens
-+ cache_creation_input_tokens). The variable set and the "must not fail" rule come from
-`internal/llmcostcel/cel.go` (v1.1.0), which declares every count as a CEL uint.
++ cache_creation_input_tokens).
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import random
 import re
 from decimal import Decimal
 
-import celpy
 import pytest
-from celpy import celtypes
 
 from core.money import (
     MAX_MILLS_PER_CALL,
@@ -31,28 +32,26 @@ from core.money import (
     ModelPrice,
     MoneyError,
     Usage,
+    billed_models,
     call_cost_mills,
     cel_string,
+    cel_string_problem,
     check_price,
     check_usd_limit,
     route_cost_cel,
     route_cost_entry,
     usd_to_mills,
 )
-
-# The variables Agent Router v1.1.0 declares (internal/llmcostcel/cel.go); a generated expression may use
-# no other name, or the controller refuses the route.
-AGENT_ROUTER_VARIABLES = {
-    "model": celtypes.StringType,
-    "backend": celtypes.StringType,
-    "route_name": celtypes.StringType,
-    "input_tokens": celtypes.UintType,
-    "cached_input_tokens": celtypes.UintType,
-    "cache_creation_input_tokens": celtypes.UintType,
-    "output_tokens": celtypes.UintType,
-    "total_tokens": celtypes.UintType,
-    "reasoning_tokens": celtypes.UintType,
-}
+from tests.support.agent_router_cel import (
+    DECLARATIONS,
+    TRIAL_CALL,
+    Call,
+    CostExpressionRefusedError,
+    check_cost_expression,
+    compile_cost,
+    evaluate,
+    model_as_agent_router_sets_it,
+)
 
 PRICES = {
     # USD per 1,000,000 tokens. OpenAI models: a cache write costs the input price (the default).
@@ -122,97 +121,130 @@ def shape(model: str, name: str) -> Usage:
     return (ANTHROPIC_SHAPES if model.startswith("claude") else OPENAI_SHAPES)[name]
 
 
-def compile_cel(expression: str):
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
+class Route:
+    """One route's generated cost expression, evaluated call by call as Agent Router evaluates it."""
 
+    def __init__(self, models: list[str], prices: dict[str, ModelPrice], override: str | None = None) -> None:
+        self.override = override
+        self.expression = route_cost_entry(billed_models(models, override), prices)["cel"]
+        check_cost_expression(self.expression)
 
-def activation(model: str, usage: Usage, **overrides) -> dict:
-    values = {
-        "model": model,
-        "backend": "openai.agent-budgets",
-        "route_name": "agent-budgets/gpt",
-        "input_tokens": usage.input_tokens,
-        "cached_input_tokens": usage.cached_input_tokens,
-        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-        **overrides,
-    }
-    return {name: AGENT_ROUTER_VARIABLES[name](value) for name, value in values.items()}
+    def charge(self, sent: str, usage: Usage, **call: object) -> int:
+        """Mills charged for a call naming `sent`, with `model` set as Agent Router sets it on this route."""
+        model = model_as_agent_router_sets_it(sent, self.override)
+        return evaluate(self.expression, Call(model=model, usage=usage, **call))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
-def program():
-    return compile_cel(route_cost_cel(list(PRICES), PRICES))
+def program() -> Route:
+    return Route(list(PRICES), PRICES)
 
 
 @pytest.mark.parametrize(("model", "usage_shape"), sorted(HAND_COMPUTED_MILLS))
 def test_generated_cel_charges_the_hand_computed_cost(program, model, usage_shape):
     usage = shape(model, usage_shape)
-    result = program.evaluate(activation(model, usage))
-    assert isinstance(result, celtypes.UintType), "Agent Router accepts only int or uint results"
-    assert int(result) == HAND_COMPUTED_MILLS[(model, usage_shape)]
+    assert program.charge(model, usage) == HAND_COMPUTED_MILLS[(model, usage_shape)]
     assert call_cost_mills(PRICES[model], usage) == HAND_COMPUTED_MILLS[(model, usage_shape)]
 
 
 def test_reasoning_tokens_are_not_charged_twice(program):
     usage = OPENAI_SHAPES["reasoning"]
-    with_reasoning = program.evaluate(activation("o3-mini", usage))
-    without = program.evaluate(activation("o3-mini", usage, reasoning_tokens=0))
+    with_reasoning = program.charge("o3-mini", usage)
+    without = program.charge("o3-mini", Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens))
     assert with_reasoning == without == 198
 
 
 def test_every_model_of_the_table_is_priced_by_its_own_row(program):
-    costs = {model: int(program.evaluate(activation(model, OPENAI_SHAPES["plain"]))) for model in PRICES}
+    costs = {model: program.charge(model, OPENAI_SHAPES["plain"]) for model in PRICES}
     assert costs == {"gpt-4o": 330, "gpt-4o-mini": 20, "o3-mini": 146, "claude-sonnet": 405, "claude-haiku": 108}
 
 
 def test_the_controllers_trial_run_succeeds_and_charges_nothing(program):
     """Agent Router's NewProgram evaluates model "dummy" with every count 0; failing there refuses the route."""
-    zero = Usage()
-    assert int(program.evaluate(activation("dummy", zero))) == 0
+    for source in DECLARATIONS:
+        assert evaluate(program.expression, TRIAL_CALL, source) == 0
 
 
 def test_a_model_outside_the_table_pays_the_dearest_price_of_each_kind(program):
     usage = Usage(input_tokens=1_000_000, cached_input_tokens=0, output_tokens=1_000_000)
     # dearest input 3.00 (claude-sonnet), dearest output 15.00 (claude-sonnet): $18.00
-    assert int(program.evaluate(activation("someone-elses-model", usage))) == 18_000
+    assert program.charge("someone-elses-model", usage) == 18_000
 
 
 def test_inconsistent_counts_never_underflow(program):
     """More cached than input tokens (a provider bug) prices the fresh input at 0 instead of failing."""
     usage = Usage(input_tokens=10, cached_input_tokens=1_000_000, cache_creation_input_tokens=5, output_tokens=0)
     # 1,000,000 cached * 1.25 + 5 writes * 2.50 = $1.25 + $0.0000125 -> 1250.0125 mills -> 1251
-    assert int(program.evaluate(activation("gpt-4o", usage))) == 1251
+    assert program.charge("gpt-4o", usage) == 1251
 
 
 def test_the_largest_counts_at_the_largest_prices_clamp_instead_of_overflowing():
     dearest = ModelPrice.of(input=MAX_PRICE, cached_input=MAX_PRICE, cache_write=MAX_PRICE, output=MAX_PRICE)
-    program = compile_cel(route_cost_cel(["frontier"], {"frontier": dearest}))
-    for counts in (
-        dict(input_tokens=UINT32_MAX, cached_input_tokens=0, cache_creation_input_tokens=0, output_tokens=UINT32_MAX),
-        dict(
-            input_tokens=UINT32_MAX,
-            cached_input_tokens=UINT32_MAX,
-            cache_creation_input_tokens=UINT32_MAX,
-            output_tokens=UINT32_MAX,
-        ),
+    for models in (["frontier"], ["frontier", "cheap"]):  # the single-price form and the table
+        route = Route(models, {"frontier": dearest, "cheap": ModelPrice.of(input=0, output=0)})
+        for counts in (
+            dict(input_tokens=UINT32_MAX, output_tokens=UINT32_MAX),
+            dict(
+                input_tokens=UINT32_MAX,
+                cached_input_tokens=UINT32_MAX,
+                cache_creation_input_tokens=UINT32_MAX,
+                output_tokens=UINT32_MAX,
+            ),
+            dict(cached_input_tokens=UINT32_MAX, cache_creation_input_tokens=UINT32_MAX, output_tokens=UINT32_MAX),
+        ):
+            for source in DECLARATIONS:
+                call = Call(model="frontier", usage=Usage(**counts), total_tokens=UINT32_MAX)
+                assert evaluate(route.expression, call, source) == MAX_MILLS_PER_CALL
+        # One mill under the clamp is charged as computed: 999,999,999 mills = $999,999.999.
+        tokens = 999_999_999  # at $1,000 per 1,000,000 tokens: $999,999.999
+        assert route.charge("frontier", Usage(output_tokens=tokens)) == 999_999_999
+
+
+def test_the_checker_would_notice_an_overflow_a_bad_type_and_an_undeclared_variable():
+    """The checks above can fail: cel-cpp refuses what cel-go refuses, at compile time or at evaluation."""
+    with pytest.raises(CostExpressionRefusedError, match="overflow"):
+        evaluate("input_tokens * input_tokens * input_tokens", Call("m", Usage(input_tokens=UINT32_MAX)))
+    with pytest.raises(
+        CostExpressionRefusedError, match=re.escape("no matching overload for '_*_' applied to '(uint, int)'")
     ):
-        result = program.evaluate(activation("frontier", Usage(**counts)))
-        assert int(result) == MAX_MILLS_PER_CALL
-    # One mill under the clamp is charged as computed: 999,999,999 mills = $999,999.999.
-    tokens = 999_999_999  # at $1,000 per 1,000,000 tokens: $999,999.999
-    result = program.evaluate(activation("frontier", Usage(output_tokens=tokens)))
-    assert int(result) == 999_999_999
+        compile_cost("input_tokens * 2")
+    with pytest.raises(CostExpressionRefusedError, match="undeclared reference to 'cache_creation_5m_input_tokens'"):
+        compile_cost("cache_creation_5m_input_tokens")
+    with pytest.raises(CostExpressionRefusedError, match="not uint or int"):
+        check_cost_expression("double(input_tokens) * 0.5")
+    with pytest.raises(CostExpressionRefusedError, match="not an int >= 0 or a uint"):
+        check_cost_expression("int(input_tokens) - 1")  # the trial run: -1
+    with pytest.raises(CostExpressionRefusedError, match="Key not found in map"):
+        check_cost_expression('{"gpt": 1u}[model]')  # the trial run's "dummy" is not in the map
 
 
-def test_cel_python_would_notice_an_overflow():
-    """The overflow test above can fail: cel-python raises on uint64 overflow like cel-go does."""
-    program = compile_cel("input_tokens * input_tokens * input_tokens")
-    with pytest.raises(celpy.CELEvalError, match="overflow"):
-        program.evaluate({"input_tokens": celtypes.UintType(UINT32_MAX)})
+def test_a_route_with_an_override_charges_the_override_models_price_for_every_model_it_serves():
+    """`models: [a, b]` with `modelNameOverride: o`: Agent Router sets `model` to o before it evaluates costs
+    (processor_impl.go:706-709), so calls to a and to b cost o's price, never a's, b's or the dearest."""
+    prices = {
+        "a": ModelPrice.of(input=0.40, output=1.60),
+        "b": ModelPrice.of(input=2.00, output=8.00),
+        "o": ModelPrice.of(input=1.00, cached_input=0.25, output=4.00),
+    }
+    route = Route(["a", "b"], prices, override="o")
+    usage = Usage(input_tokens=1_000_000, cached_input_tokens=200_000, output_tokens=100_000)
+    # o: 800,000 fresh * $1.00 + 200,000 cached * $0.25 + 100,000 * $4.00 = $0.80 + $0.05 + $0.40 = $1.25
+    assert route.charge("a", usage) == route.charge("b", usage) == 1_250 == call_cost_mills(prices["o"], usage)
+    assert route.charge("a", usage) != call_cost_mills(prices["a"], usage)
+    assert '"a"' not in route.expression and '"b"' not in route.expression
+    # Without the override, each name is priced by its own row, as before.
+    plain = Route(["a", "b"], prices)
+    # a: 800,000 * $0.40 + 200,000 * $0.40 (cachedInput defaults to input) + 100,000 * $1.60 = $0.56
+    assert plain.charge("a", usage) == call_cost_mills(prices["a"], usage) == 560
+    # b: 800,000 * $2.00 + 200,000 * $2.00 + 100,000 * $8.00 = $2.80
+    assert plain.charge("b", usage) == call_cost_mills(prices["b"], usage) == 2_800
+
+
+def test_a_route_with_an_override_needs_the_override_models_price():
+    with pytest.raises(MoneyError, match=re.escape("no price for model(s) 'o'")):
+        route_cost_entry(billed_models(["a", "b"], "o"), {"a": ModelPrice.of(input=1, output=1)})
+    assert billed_models(["a", "b"], "o") == ("o",)
+    assert billed_models(["a", "b"], None) == ("a", "b")
 
 
 def test_random_usage_matches_the_python_reference_and_rounds_up_by_less_than_a_mill(program):
@@ -226,7 +258,7 @@ def test_random_usage_matches_the_python_reference_and_rounds_up_by_less_than_a_
             cache_creation_input_tokens=written,
             output_tokens=rng.randrange(0, 100_000),
         )
-        charged = int(program.evaluate(activation(model, usage)))
+        charged = program.charge(model, usage)
         assert charged == call_cost_mills(PRICES[model], usage)
         price = PRICES[model]
         exact_usd = (
@@ -245,26 +277,50 @@ def test_only_agent_router_variables_are_used():
     identifiers = set(re.findall(r"\b[a-z_][a-z_0-9]*\b", without_strings))
     macro_variables = {"p", "c"}
     keywords = {"in", "map", "u"}
-    assert identifiers - macro_variables - keywords <= set(AGENT_ROUTER_VARIABLES)
+    assert identifiers - macro_variables - keywords <= set(DECLARATIONS["envoyproxy/ai-gateway v1.1.0"])
     assert {"input_tokens", "cached_input_tokens", "cache_creation_input_tokens", "output_tokens"} <= identifiers
     assert "reasoning_tokens" not in identifiers and "total_tokens" not in identifiers
     assert not identifiers & {"cache_creation_5m_input_tokens", "cache_creation_1h_input_tokens"}
 
 
-@pytest.mark.parametrize("name", ['gpt-"4o"', "back\\slash", "new\nline", "tab\tand\x7f", "ünïcødé-模型", "a'b"])
+@pytest.mark.parametrize(
+    "name", ['gpt-"4o"', "back\\slash", "new\nline", "tab\tand\x7f", "ünïcødé-模型", "a'b", "\U0010ffff"]
+)
 def test_model_names_are_escaped_as_cel_strings(name):
     prices = {name: ModelPrice.of(input=1, output=2), "other": ModelPrice.of(input=100, output=200)}
-    program = compile_cel(route_cost_cel([name, "other"], prices))
+    route = Route([name, "other"], prices)
     usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
-    assert int(program.evaluate(activation(name, usage))) == 3_000  # $1 + $2
-    assert compile_cel(cel_string(name)).evaluate({}) == celtypes.StringType(name)
+    assert route.charge(name, usage) == 3_000  # $1 + $2
+    assert compile_cost(cel_string(name)).eval(data={}).value() == name
+
+
+def test_a_name_is_refused_exactly_when_cels_parser_refuses_its_literal():
+    """Every code point of the Basic Multilingual Plane and a sample beyond: `cel_string_problem` names the
+    lone surrogates, which cel-cpp refuses as cel-go's `unescapeChar` does; every other one round-trips."""
+    rng = random.Random(19)
+    code_points = [*range(0x10000), *rng.sample(range(0x10000, 0x110000), 2000), 0x10FFFF]
+    refused_by_cel, refused_by_us = [], []
+    for code in code_points:
+        text = f"m{chr(code)}"
+        if cel_string_problem(text):
+            refused_by_us.append(code)
+            literal = f'"m\\u{code:04x}"'  # the only way to write it in CEL source
+        else:
+            literal = cel_string(text)
+        try:
+            assert compile_cost(literal).eval(data={}).value() == text
+        except CostExpressionRefusedError:
+            refused_by_cel.append(code)
+    assert refused_by_cel == refused_by_us == list(range(0xD800, 0xE000))
+    with pytest.raises(MoneyError, match="U\\+D800 at position 3, a lone surrogate"):
+        cel_string("gpt\ud800")
 
 
 def test_route_cost_entry_is_a_cel_cost_under_our_metadata_key():
     entry = route_cost_entry(["gpt-4o"], PRICES)
     assert entry["metadataKey"] == USD_METADATA_KEY == "agent_budgets_usd_mills"
     assert entry["type"] == "CEL"
-    assert int(compile_cel(entry["cel"]).evaluate(activation("gpt-4o", OPENAI_SHAPES["plain"]))) == 330
+    assert evaluate(entry["cel"], Call("gpt-4o", OPENAI_SHAPES["plain"])) == 330
 
 
 def test_a_route_with_an_unpriced_model_cannot_be_priced():

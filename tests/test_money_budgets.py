@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
-import celpy
 import pulumi
 import pytest
-from celpy import celtypes
 
 from core.budget_rules import COST_METADATA_KEY
-from core.money import USD_METADATA_KEY
+from core.money import USD_METADATA_KEY, Usage
 from core.problems import ConfigError
 from core.suspension import SUSPENDED_BODY
 from core.validation import validate_stack
+from tests.support.agent_router_cel import Call, model_as_agent_router_sets_it
+from tests.support.agent_router_cel import evaluate as evaluate_call
 from tests.support.program import RecordingMocks, run_program, stack_config
 
 OPENAI_KEY = "sk-test-openai-0123456789"
@@ -76,11 +77,8 @@ def spec(run, kind: str, name: str | None = None) -> dict[str, Any]:
 
 
 def evaluate(expression: str, model: str, **counts: int) -> int:
-    env = celpy.Environment()
-    activation = {"model": celtypes.StringType(model)}
-    for name in ("input_tokens", "cached_input_tokens", "cache_creation_input_tokens", "output_tokens"):
-        activation[name] = celtypes.UintType(counts.get(name, 0))
-    return int(env.program(env.compile(expression)).evaluate(activation))
+    """Mills Agent Router stores for a call whose `model` is `model` (tests/support/agent_router_cel.py)."""
+    return evaluate_call(expression, Call(model=model, usage=Usage(**counts)))
 
 
 def test_every_route_reports_tokens_and_the_price_in_mills(run):
@@ -95,6 +93,60 @@ def test_every_route_reports_tokens_and_the_price_in_mills(run):
     # = $0.0006 + $0.003 + $0.00375 + $0.006 = $0.01335 -> 14 mills
     usage = {"input_tokens": 11_200, "cached_input_tokens": 10_000, "cache_creation_input_tokens": 1_000}
     assert evaluate(claude[1]["cel"], "claude-sonnet", output_tokens=400, **usage) == 14
+
+
+OVERRIDE_ROUTES = [
+    {"name": "gpt", "models": ["gpt-4.1", "gpt-4.1-mini"], "provider": "openai", "modelNameOverride": "gpt-4.1-nano"},
+    {"name": "claude", "models": ["claude-sonnet"], "provider": "anthropic"},
+]
+OVERRIDE_PRICES = {
+    "claude-sonnet": ISSUE_CONFIG["prices"]["claude-sonnet"],
+    "gpt-4.1-nano": {"input": 0.10, "cachedInput": 0.025, "output": 0.40},
+}
+
+
+def test_a_route_with_an_override_charges_the_override_models_price_for_each_model_it_serves():
+    """`models: [a, b]` with `modelNameOverride: o`: Agent Router evaluates the CEL with `model` = o
+    (processor_impl.go:706-709), so the program prices the route at o's price."""
+    run = run_program(issue_config(routes=OVERRIDE_ROUTES, prices=OVERRIDE_PRICES), secrets=SECRETS)
+    [_, usd] = spec(run, "AIGatewayRoute", "gpt")["llmRequestCosts"]
+    override = OVERRIDE_ROUTES[0]["modelNameOverride"]
+    # 1,000,000 input of which 400,000 cached, 100,000 output at gpt-4.1-nano's prices:
+    # 600,000 * $0.10 + 400,000 * $0.025 + 100,000 * $0.40 = $0.06 + $0.01 + $0.04 = $0.11
+    usage = {"input_tokens": 1_000_000, "cached_input_tokens": 400_000, "output_tokens": 100_000}
+    for sent in OVERRIDE_ROUTES[0]["models"]:
+        assert evaluate(usd["cel"], model_as_agent_router_sets_it(sent, override), **usage) == 110
+    assert "gpt-4.1-mini" not in usd["cel"]
+
+
+def test_a_route_with_an_override_and_no_price_for_it_is_refused_naming_the_key():
+    prices = {
+        "claude-sonnet": ISSUE_CONFIG["prices"]["claude-sonnet"],
+        "gpt-4.1": {"input": 2, "output": 8},
+        "gpt-4.1-mini": {"input": 0.4, "output": 1.6},
+    }
+    config = issue_config(routes=OVERRIDE_ROUTES, prices=prices)
+    [problem] = report(config).problems
+    assert problem.key == "prices"
+    for fragment in (
+        "has no price for model 'gpt-4.1-nano'",
+        "routes[0].modelNameOverride sends every call of that route upstream as 'gpt-4.1-nano'",
+        "prices a call by the model name it sends upstream",
+        "Add `gpt-4.1-nano: {input: <USD per 1M tokens>, output: <USD per 1M tokens>}` under agent-budgets:prices",
+    ):
+        assert fragment in problem.message, problem.message
+    mocks = RecordingMocks()
+    with pytest.raises(pulumi.RunError, match=re.escape("agent-budgets:prices: has no price for model 'gpt-4.1-nano'")):
+        run_program(config, secrets=SECRETS, mocks=mocks)
+    assert mocks.resources == []
+    # The two unused prices are said in every preview, with the override that replaces them.
+    validated = validate_stack(
+        issue_config(routes=OVERRIDE_ROUTES, prices={**OVERRIDE_PRICES, **prices}), lambda key: (True, True)
+    )
+    assert {w.key: "the price of 'gpt-4.1-nano' applies" in w.message for w in validated.warnings} == {
+        "prices.gpt-4.1": True,
+        "prices.gpt-4.1-mini": True,
+    }
 
 
 def test_each_limit_is_a_rule_charging_its_own_metadata(run):
@@ -265,6 +317,20 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, list[str]]] = [
         issue_config(prices={"gpt-4o": ISSUE_CONFIG["prices"]["gpt-4o"]}),
         "prices",
         ["has no price for model 'claude-sonnet' (routes[1].models[0])", "budgets.classes[0].limits[1].usd"],
+    ),
+    (
+        "a model name with a lone surrogate",
+        issue_config(
+            routes=[{**ISSUE_CONFIG["routes"][0], "models": ["gpt-4o", "gpt\ud800"]}, ISSUE_CONFIG["routes"][1]]
+        ),
+        "routes[0].models",
+        ["model name 'gpt\\ud800' holds U+D800 at position 3, a lone surrogate", "CEL parser refuses"],
+    ),
+    (
+        "a modelNameOverride with a lone surrogate",
+        issue_config(routes=[{**ISSUE_CONFIG["routes"][0], "modelNameOverride": "\udfffo"}, ISSUE_CONFIG["routes"][1]]),
+        "routes[0].modelNameOverride",
+        ["modelNameOverride '\\udfffo' holds U+DFFF at position 0", "whole gateway's configuration"],
     ),
     (
         "both the short form and limits",

@@ -58,7 +58,7 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     }
     money["budgetPolicy"] = {"limitSlots": 3}
     money["prices"] = {
-        "gpt-4o-mini": {"input": 0.15, "cachedInput": 0.075, "output": 0.60},
+        "gpt-4o-mini-2024": {"input": 0.15, "cachedInput": 0.075, "output": 0.60},  # the gpt route's override
         "claude-sonnet-4": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15},
         "claude-haiku": {"input": 0.8, "output": 4},
         "mock-model": {"input": 10, "output": 20},

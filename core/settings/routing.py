@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from core import money
 from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, ConfigModel, check_dns_label
 
 MAX_MODELS_PER_ROUTE = 128
@@ -90,7 +91,13 @@ class Route(ConfigModel):
         min_length=1, max_length=MAX_MODELS_PER_ROUTE, description="Model names agents send; each belongs to one route."
     )
     provider: str = Field(description="The `providers[].name` that serves these models.")
-    model_name_override: str | None = Field(default=None, description="Model name sent upstream instead.")
+    model_name_override: str | None = Field(
+        default=None,
+        description=(
+            "Model name sent upstream instead; calls on this route are then priced by this name, so with a `usd` "
+            "limit it needs its own entry under `prices`."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -101,11 +108,31 @@ class Route(ConfigModel):
     @classmethod
     def _models(cls, value: list[str]) -> list[str]:
         for model in value:
-            if not model or len(model) > 4096 or model != model.strip():
-                raise ValueError(f"model name {model!r} must be a non-empty string without surrounding spaces")
+            _check_model_name(model, "model name")
         if len(set(value)) != len(value):
             raise ValueError(f"models {value} lists a model twice")
         return value
+
+    @field_validator("model_name_override")
+    @classmethod
+    def _override(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_model_name(value, "modelNameOverride")
+        return value
+
+    @property
+    def billed_models(self) -> tuple[str, ...]:
+        """The names this route's calls are priced by (Agent Router's CEL `model`): the override, or each model."""
+        return money.billed_models(self.models, self.model_name_override)
+
+
+def _check_model_name(model: str, what: str) -> None:
+    """A model name goes into header matches and, as a CEL string, into the route's cost expression."""
+    if not model or len(model) > 4096 or model != model.strip():
+        raise ValueError(f"{what} {model!r} must be a non-empty string without surrounding spaces")
+    problem = money.cel_string_problem(model)
+    if problem:
+        raise ValueError(f"{what} {model!r} {problem}. Write the name exactly as the provider expects it")
 
 
 class MockModelSettings(ConfigModel):

@@ -55,8 +55,9 @@ class StackSettings(ConfigModel):
         default_factory=dict,
         json_schema_extra={"mapKey": "model"},
         description=(
-            "USD per 1,000,000 tokens of each model, keyed by the model name agents send; every route model needs one "
-            "as soon as any limit is in `usd`."
+            "USD per 1,000,000 tokens of each model, keyed by the model name the provider bills: a route's "
+            "`modelNameOverride` when it has one, else the names agents send. Every billed model needs one as soon as "
+            "any limit is in `usd`."
         ),
     )
     suspended: list[ActorId] = Field(

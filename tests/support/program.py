@@ -2,7 +2,9 @@
 
 This is how pulumi/examples' testing-unit-py drives a program, plus a record of every registered
 resource (type, name, inputs; and through the recording monitor parents, dependencies and component
-outputs), of `pulumi.export` and of warnings.
+outputs), of `pulumi.export` and of warnings. Every run also does what Agent Router's controller does with
+each CEL cost of each AIGatewayRoute (tests/support/agent_router_cel.py): so every cost expression any test
+makes the program generate compiles with Agent Router's declarations and passes the trial run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from unittest import mock
 
 import pulumi
 
+from tests.support.agent_router_cel import check_cost_expression
 from tests.support.monitor import RecordingMonitor
 from tools.spend.stack import load_stack
 
@@ -94,6 +97,15 @@ class ProgramRun:
         assert len(found) == 1, f"expected one {kind} {name or ''}, found {[r.name for r in found]}"
         return found[0]
 
+    def cost_expressions(self) -> list[str]:
+        """The CEL of every `type: CEL` llmRequestCosts entry of every AIGatewayRoute."""
+        return [
+            cost["cel"]
+            for route in self.of_kind("AIGatewayRoute")
+            for cost in route.inputs["spec"]["llmRequestCosts"]
+            if cost["type"] == "CEL"
+        ]
+
     def custom_resources(self) -> list[Registered]:
         """Resources of Kubernetes kinds that come from CRDs (not core/apps/networking/helm)."""
         builtin = ("kubernetes:core/", "kubernetes:apps/", "kubernetes:networking.k8s.io/", "kubernetes:helm.sh/")
@@ -145,4 +157,6 @@ def run_program(
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False)
         program()
     [run.monitor] = RecordingMonitor.instances[before:]
+    for expression in run.cost_expressions():
+        check_cost_expression(expression)
     return run
