@@ -1,9 +1,10 @@
-"""Monitoring: the PrometheusRule with two alerts per budget, when `monitoring.prometheusRules` is on.
+"""Monitoring: the PrometheusRule with two alerts per budget and the PodMonitors that feed them, when
+`monitoring.prometheusRules` is on.
 
-The rule itself is built by `core.monitoring` (pure); its CRD belongs to the Prometheus Operator, which
-the cluster must already run (this program does not install it), so the resource waits only for the
-gateway namespace it lives in. The per-actor metric attribute is a Helm value of Agent Router
-(`core.platform_values.agent_router_values`), not a resource here.
+The rule is built by `core.monitoring`, the PodMonitors by `core.monitors` (both pure); their CRDs belong to
+the Prometheus Operator, which the cluster must already run (this program does not install it), so the
+resources wait only for the gateway namespace they live in. The per-actor metric attribute is a Helm value of
+Agent Router (`core.platform_values.agent_router_values`), not a resource here.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from components.k8s import custom_resource
 from core.budget_rules import BudgetRules
 from core.monitoring import prometheus_rule_manifest
+from core.monitors import pod_monitor_manifests
 from core.settings import StackSettings
 
 
 class Monitoring(pulumi.ComponentResource):
-    """The budget alerts as a PrometheusRule (monitoring.coreos.com/v1)."""
+    """The budget alerts as a PrometheusRule, and PodMonitors for the series they read (monitoring.coreos.com/v1)."""
 
     prometheus_rule: CustomResource
+    pod_monitors: list[CustomResource]
 
     def __init__(
         self,
@@ -35,5 +38,13 @@ class Monitoring(pulumi.ComponentResource):
         super().__init__("agent-budgets:monitoring:Monitoring", name, None, opts)
         manifest = prometheus_rule_manifest(settings, rules, pulumi.get_stack())
         self.prometheus_rule = custom_resource(manifest, self, namespace)
-        alerts = [rule["alert"] for group in manifest.spec["groups"] for rule in group["rules"]]
-        self.register_outputs({"prometheusRule": f"{manifest.namespace}/{manifest.name}", "alerts": len(alerts)})
+        monitors = pod_monitor_manifests(settings)
+        self.pod_monitors = [custom_resource(monitor, self, namespace) for monitor in monitors]
+        alerts = [rule["alert"] for group in manifest.spec["groups"] for rule in group["rules"] if "alert" in rule]
+        self.register_outputs(
+            {
+                "prometheusRule": f"{manifest.namespace}/{manifest.name}",
+                "alerts": len(alerts),
+                "podMonitors": [f"{monitor.namespace}/{monitor.name}" for monitor in monitors],
+            }
+        )

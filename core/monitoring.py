@@ -34,6 +34,8 @@ from typing import Any
 
 from core.budget_rules import ACTOR_HEADER, BudgetRules
 from core.manifests import BUDGET_POLICY_NAME, Manifest
+from core.monitors import metrics_absent_alert_group
+from core.ratelimit_deployment import METRICS_PORT
 from core.ratelimit_model import shared_domain, shared_rule_key
 from core.settings import MonitoringSettings, StackSettings
 from core.spend import format_amount
@@ -50,12 +52,12 @@ NEAR_LIMIT_METRIC = "ratelimit_service_rate_limit_near_limit"
 OVER_LIMIT_METRIC = "ratelimit_service_rate_limit_over_limit"
 NEAR_LIMIT_ALERT = "AgentBudgetNearLimit"
 EXHAUSTED_ALERT = "AgentBudgetExhausted"
-# How far back an alert looks for a new charge in the band (the rate-limit service flushes its stats every 5s).
+# How far back an alert looks for a new charge in the band (the rate-limit service flushes its stats every
+# STATS_FLUSH_INTERVAL, 10 s by default: envoyproxy/ratelimit src/settings/settings.go).
 LOOKBACK = "10m"
-# Where the metrics are served (see the module docstring).
+# Where the metrics are served (see the module docstring); core.monitors scrapes them.
 AGENT_ROUTER_METRICS_PORT = 1064
-RATELIMIT_METRICS_PORT = 19001
-METRICS_PATH = "/metrics"
+RATELIMIT_METRICS_PORT = METRICS_PORT
 
 
 def metrics_header_attributes(monitoring: MonitoringSettings) -> str | None:
@@ -157,12 +159,17 @@ def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> li
 
 
 def prometheus_rule_manifest(settings: StackSettings, rules: BudgetRules, stack: str) -> Manifest:
-    """The PrometheusRule (monitoring.coreos.com/v1) holding every budget's alerts, in the gateway namespace."""
+    """The PrometheusRule (monitoring.coreos.com/v1) holding every budget's alerts, and the alert on their
+    series going missing (core.monitors), in the gateway namespace."""
+    groups = [
+        {"name": ALERT_GROUP, "rules": budget_alerts(settings, rules, stack)},
+        metrics_absent_alert_group(),
+    ]
     return Manifest(
         PROMETHEUS_RULE_API,
         "PrometheusRule",
         PROMETHEUS_RULE_NAME,
         settings.gateway.namespace,
-        {"groups": [{"name": ALERT_GROUP, "rules": budget_alerts(settings, rules, stack)}]},
+        {"groups": groups},
         labels=dict(settings.monitoring.rule_labels),
     )

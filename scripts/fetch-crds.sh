@@ -8,7 +8,7 @@
 #                         (envoyproxy/ai-gateway up to v1.1.x; theagentrouter/agent-router from v1.2.0, where
 #                         the renamed project publishes; same chart path)
 #   prometheus-operator-<tag>/  prometheus-operator/prometheus-operator @ v0.93.0 (PROMETHEUS_OPERATOR_VERSION)
-#                         example/prometheus-operator-crd/, the PrometheusRule CRD only (monitoring.prometheusRules)
+#                         example/prometheus-operator-crd/, the PrometheusRule and PodMonitor CRDs (monitoring.prometheusRules)
 # Output: ${AGENT_BUDGETS_CRDS:-.crds} (a relative path is taken from the repository root); other versions'
 # folders there are removed, so the tests load one version of each. tests/support/crds.py names the
 # versions in the test summary.
@@ -45,8 +45,9 @@ fi
 aigw_dir="ai-gateway-${aigw_tag}"
 aigw_path="manifests/charts/ai-gateway-crds-helm/templates"
 
-# The PrometheusRule CRD only, for the optional budget alerts (monitoring.prometheusRules). The program
-# does not install the Prometheus Operator; this pins the version the alert schema test is written against.
+# The PrometheusRule and PodMonitor CRDs, for the optional budget alerts and the monitors that feed them
+# (monitoring.prometheusRules). The program does not install the Prometheus Operator; this pins the version
+# the monitoring schema tests are written against.
 prom_repo="prometheus-operator/prometheus-operator"
 prom_tag="${PROMETHEUS_OPERATOR_VERSION:-v0.93.0}"
 prom_dir="prometheus-operator-${prom_tag}"
@@ -65,6 +66,7 @@ files=(
   "${aigw_dir}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_path}/aigateway.envoyproxy.io_backendsecuritypolicies.yaml|${aigw_repo}|${aigw_tag}"
   "${aigw_dir}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_path}/aigateway.envoyproxy.io_gatewayconfigs.yaml|${aigw_repo}|${aigw_tag}"
   "${prom_dir}/monitoring.coreos.com_prometheusrules.yaml|${prom_path}/monitoring.coreos.com_prometheusrules.yaml|${prom_repo}|${prom_tag}"
+  "${prom_dir}/monitoring.coreos.com_podmonitors.yaml|${prom_path}/monitoring.coreos.com_podmonitors.yaml|${prom_repo}|${prom_tag}"
 )
 
 # pinned_sha <repo>@<tag>/<upstream path>: the recorded sha256 in scripts/crds.sha256, or nothing.
@@ -149,7 +151,7 @@ mv "${staging}/SHA256SUMS" "${out}/SHA256SUMS"
   echo
   echo "- ${eg_dir}/: https://github.com/${eg_repo} tag ${eg_tag}, ${eg_path}/"
   echo "- ${aigw_dir}/: https://github.com/${aigw_repo} tag ${aigw_tag}, ${aigw_path}/"
-  echo "- ${prom_dir}/: https://github.com/${prom_repo} tag ${prom_tag}, ${prom_path}/ (PrometheusRule only)"
+  echo "- ${prom_dir}/: https://github.com/${prom_repo} tag ${prom_tag}, ${prom_path}/ (PrometheusRule, PodMonitor)"
   echo "- SHA256SUMS: what was fetched"
 } >"${out}/README.md"
 

@@ -37,10 +37,13 @@ def test_recorded_checksums_cover_the_shared_pinned_versions():
     gateway = [line for line in lines if "prometheus-operator/" not in line]
     assert len(gateway) == 10
     assert all("@v1.9.0/" in line or "@v1.1.0/" in line for line in gateway)
-    # The PrometheusRule CRD of the optional budget alerts (tests/test_monitoring.py), at its pinned tag.
+    # The PrometheusRule and PodMonitor CRDs of the optional budget alerts (tests/test_monitoring.py,
+    # tests/test_monitors.py), at their pinned tag.
     assert [line.split()[1] for line in lines if line not in gateway] == [
         "prometheus-operator/prometheus-operator@v0.93.0/example/prometheus-operator-crd/"
-        "monitoring.coreos.com_prometheusrules.yaml"
+        "monitoring.coreos.com_prometheusrules.yaml",
+        "prometheus-operator/prometheus-operator@v0.93.0/example/prometheus-operator-crd/"
+        "monitoring.coreos.com_podmonitors.yaml",
     ]
 
 

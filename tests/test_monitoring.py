@@ -62,7 +62,7 @@ def test_two_alerts_per_budget_with_labels_a_prometheus_selects(monitored_run):
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["namespace"] == "agent-budgets"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    [group] = rule["spec"]["groups"]
+    group = rule["spec"]["groups"][0]  # the budget alerts (core.monitors adds the metrics group)
     assert [(r["alert"], r["labels"]["budget"], r["labels"]["rule"]) for r in group["rules"]] == [
         ("AgentBudgetNearLimit", "default", "0"),
         ("AgentBudgetExhausted", "default", "0"),
@@ -81,7 +81,7 @@ def test_every_expression_parses_as_promql_and_selects_its_rules_counters(monito
     """The selectors name what the rate-limit service's stats carry for each rule: domain = the policy,
     key1 = the rule's first descriptor entry as `<key>_<value>` (ratelimit `src/config/config_impl.go`
     `loadDescriptors`), which the rate-limit model gives as the applied rule's first entry."""
-    [group] = prometheus_rule(monitored_run)["spec"]["groups"]
+    group = prometheus_rule(monitored_run)["spec"]["groups"][0]
     settings = validate_stack(monitored_config(), lambda key: (False, False)).settings
     rules = compile_budget_rules(settings.budgets, settings.budget_policy.exclusion_slots)
     for actor, index in (("agents/actor-a", 0), ("agents/actor-b", 1), ("lab/bot-1", 2)):
@@ -99,7 +99,7 @@ def test_every_expression_parses_as_promql_and_selects_its_rules_counters(monito
 
 def test_the_near_limit_share_is_the_same_in_the_alert_and_the_rate_limit_service():
     run = run_program(monitored_config(nearLimitPercent=90))
-    [group] = prometheus_rule(run)["spec"]["groups"]
+    group = prometheus_rule(run)["spec"]["groups"][0]
     assert (
         group["rules"][0]["annotations"]["summary"] == "An actor of budget default passed 90% of its 500 tokens per Day"
     )
@@ -182,7 +182,7 @@ def test_every_limit_of_a_budget_gets_its_alerts_and_reserved_slots_none():
     validated = validate_stack(config, lambda key: (False, False))
     assert any(rule.reserved for rule in validated.rules.rules)
     manifest = monitoring.prometheus_rule_manifest(validated.settings, validated.rules, "prod")
-    [group] = manifest.spec["groups"]
+    group = manifest.spec["groups"][0]
     near = [r for r in group["rules"] if r["alert"] == "AgentBudgetNearLimit"]
     assert [(r["labels"]["budget"], r["labels"]["limit"]) for r in near] == [
         ("default", "0"),

@@ -37,6 +37,8 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         ],
     }
     real["substrate"] = {"trust": {"mode": "configMap", "configMap": "idp-ca"}}
+    # The alerts and the PodMonitors that feed them (prometheus-operator v0.93.0 CRDs).
+    real["monitoring"] = {"prometheusRules": True, "ruleLabels": {"release": "kube-prometheus-stack"}}
     insecure = copy.deepcopy(dev)
     insecure["substrate"] = {"trust": {"mode": "insecureSkipVerify"}}
     insecure["gateway"] = {"smallCluster": False, "port": 8080, "requestBufferLimit": "100Mi"}

@@ -45,8 +45,17 @@ class MonitoringSettings(ConfigModel):
     prometheus_rules: bool = Field(
         default=False,
         description=(
-            "Create a PrometheusRule with two alerts per budget (near its limit, over it). Needs the Prometheus "
+            "Create a PrometheusRule with two alerts per budget (near its limit, over it) and one for their metrics "
+            "going missing, and (unless `podMonitors` is off) the PodMonitors that feed them. Needs the Prometheus "
             "Operator CRDs in the cluster."
+        ),
+    )
+    pod_monitors: bool = Field(
+        default=True,
+        description=(
+            "With `prometheusRules`: also create the PodMonitors that scrape the series the alerts read "
+            "(`envoy-ratelimit`'s `metrics` port) and Agent Router's GenAI metrics (its `aigw-admin` port). Turn "
+            "off when your Prometheus scrapes those ports already: scraping twice doubles every sum."
         ),
     )
     near_limit_percent: float = Field(
@@ -61,8 +70,8 @@ class MonitoringSettings(ConfigModel):
     rule_labels: dict[str, str] = Field(
         default_factory=dict,
         description=(
-            "Labels on the PrometheusRule, so that your Prometheus' `ruleSelector` picks it up (e.g. "
-            "`release: kube-prometheus-stack`)."
+            "Labels on the PrometheusRule and the PodMonitors, so that your Prometheus' `ruleSelector` and "
+            "`podMonitorSelector` pick them up (e.g. `release: kube-prometheus-stack`)."
         ),
     )
 

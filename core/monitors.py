@@ -1,0 +1,185 @@
+"""What brings the budget alerts' series into Prometheus: two PodMonitors, and the alert that fires when the
+rate-limit service's series are missing (so a silent budget alert is never mistaken for a quiet day).
+
+Neither upstream chart creates a monitor for these metrics: Envoy Gateway puts only `prometheus.io/*`
+annotations on the `envoy-ratelimit` pods, which the Prometheus Operator ignores, and Agent Router's
+external processor declares its admin port and nothing else. Facts, at the versions the program deploys:
+
+* `envoy-ratelimit` (envoyproxy/gateway v1.9.0 `internal/infrastructure/kubernetes/ratelimit/resource.go`,
+  `rateLimitLabels`, `expectedRateLimitContainers`): pods in Envoy Gateway's namespace labelled
+  `app.kubernetes.io/name: envoy-ratelimit`, `app.kubernetes.io/component: ratelimit`,
+  `app.kubernetes.io/managed-by: envoy-gateway`, serving Prometheus on container port `metrics` (19001) at
+  `/metrics` unless `rateLimit.telemetry.metrics.prometheus.disable` (which the program never sets).
+* Agent Router's external processor (theagentrouter/agent-router `internal/controller/extproc_builder.go`
+  @c0421dd5, the same in envoyproxy/ai-gateway v1.1.0): a container the webhook injects into every Envoy pod
+  of a Gateway with AI routes, port `aigw-admin` (1064), `/metrics`. In sidecar mode it is an init container
+  with `restartPolicy: Always`; Prometheus' pod discovery lists init containers' ports too
+  (prometheus/prometheus `discovery/kubernetes/pod.go`, since 2019). The Envoy pods carry Envoy Gateway's
+  `app.kubernetes.io/{name: envoy, component: proxy, managed-by: envoy-gateway}` and the owning Gateway's
+  name and namespace (`internal/infrastructure/kubernetes/proxy/resource.go` `EnvoyAppLabel`,
+  `internal/gatewayapi/helpers.go` `GatewayOwnerLabels`).
+
+Both monitors live in the gateway namespace, beside the PrometheusRule, and reach Envoy Gateway's namespace
+through `namespaceSelector`. So one namespace has to be admitted by the Prometheus (rules and pod monitors),
+and with the operator's `enforcedNamespaceLabel` the scraped series and the rule's selectors get the same
+`namespace` value (prometheus-operator v0.93.0 `pkg/namespacelabeler/labeler.go`; docs/spend.md).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from core.manifests import GATEWAY_NAME, Manifest
+from core.ratelimit_deployment import METRICS_PORT_NAME, RATELIMIT_CONTAINER_NAME, STATS_FLUSH_INTERVAL
+from core.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings
+
+POD_MONITOR_API = "monitoring.coreos.com/v1"
+RATELIMIT_MONITOR_NAME = "envoy-ratelimit"
+AGENT_ROUTER_MONITOR_NAME = "agent-router"
+METRICS_PATH = "/metrics"
+AGENT_ROUTER_METRICS_PORT_NAME = "aigw-admin"
+RATELIMIT_POD_LABELS = {
+    "app.kubernetes.io/name": RATELIMIT_CONTAINER_NAME,
+    "app.kubernetes.io/component": "ratelimit",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+ENVOY_POD_LABELS = {
+    "app.kubernetes.io/name": "envoy",
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+OWNING_GATEWAY_NAME_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
+OWNING_GATEWAY_NAMESPACE_LABEL = "gateway.envoyproxy.io/owning-gateway-namespace"
+
+SCRAPE_ALERT_GROUP = "agent-budgets-metrics"
+METRICS_ABSENT_ALERT = "AgentBudgetRateLimitMetricsAbsent"
+# A counter every envoy-ratelimit pod exports once it has loaded its configuration from Envoy Gateway, and
+# keeps (envoyproxy/ratelimit src/service/ratelimit.go `SetConfig`; named by Envoy Gateway's statsd mapping,
+# ratelimit/statsd_conf.yaml). Unlike the per-rule counters it needs no traffic, so its absence means the
+# service's series are not reaching Prometheus at all.
+CONFIG_LOADED_METRIC = "ratelimit_service_config_load_success"
+METRICS_ABSENT_FOR = "10m"
+
+
+def _pod_monitor(settings: StackSettings, name: str, pod_labels: dict[str, str], port: str) -> Manifest:
+    return Manifest(
+        POD_MONITOR_API,
+        "PodMonitor",
+        name,
+        settings.gateway.namespace,
+        {
+            "selector": {"matchLabels": dict(pod_labels)},
+            "namespaceSelector": {"matchNames": [ENVOY_GATEWAY_NAMESPACE]},
+            "podMetricsEndpoints": [{"port": port, "path": METRICS_PATH}],
+        },
+        labels=dict(settings.monitoring.rule_labels),
+    )
+
+
+def ratelimit_pod_monitor(settings: StackSettings) -> Manifest:
+    """Scrape every `envoy-ratelimit` pod: the series of both budget alerts."""
+    return _pod_monitor(settings, RATELIMIT_MONITOR_NAME, RATELIMIT_POD_LABELS, METRICS_PORT_NAME)
+
+
+def agent_router_pod_monitor(settings: StackSettings) -> Manifest:
+    """Scrape Agent Router's external processor in our Gateway's Envoy pods: the per-actor GenAI metrics."""
+    labels = {
+        **ENVOY_POD_LABELS,
+        OWNING_GATEWAY_NAME_LABEL: GATEWAY_NAME,
+        OWNING_GATEWAY_NAMESPACE_LABEL: settings.gateway.namespace,
+    }
+    return _pod_monitor(settings, AGENT_ROUTER_MONITOR_NAME, labels, AGENT_ROUTER_METRICS_PORT_NAME)
+
+
+def all_pod_monitors(settings: StackSettings) -> list[Manifest]:
+    """Both PodMonitors, whatever the settings say (for a Prometheus the operator does not manage)."""
+    return [ratelimit_pod_monitor(settings), agent_router_pod_monitor(settings)]
+
+
+def pod_monitor_manifests(settings: StackSettings) -> list[Manifest]:
+    """The PodMonitors to create: none unless `monitoring.prometheusRules` and `monitoring.podMonitors`."""
+    if not (settings.monitoring.prometheus_rules and settings.monitoring.pod_monitors):
+        return []
+    return all_pod_monitors(settings)
+
+
+def _label_name(name: str) -> str:
+    """A Kubernetes label key as a Prometheus meta-label suffix (prometheus-operator `sanitizeLabelName`)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def scrape_config(monitor: Manifest) -> dict[str, Any]:
+    """The Prometheus scrape job the operator generates for one of our PodMonitors (prometheus-operator
+    v0.93.0 `pkg/prometheus/promcfg.go` `generatePodMonitorConfig`, without the operator's own bookkeeping
+    labels), so that a Prometheus it does not manage gets the same targets and the same `job`, `namespace`,
+    `pod`, `container` and `endpoint` labels."""
+    spec = monitor.spec
+    [endpoint] = spec["podMetricsEndpoints"]
+    relabel: list[dict[str, Any]] = [
+        # Only running pods (`generateRunningFilter`).
+        {"action": "drop", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "(Failed|Succeeded)"}
+    ]
+    for key, value in sorted(spec["selector"]["matchLabels"].items()):
+        relabel.append(
+            {
+                "action": "keep",
+                "source_labels": [
+                    f"__meta_kubernetes_pod_label_{_label_name(key)}",
+                    f"__meta_kubernetes_pod_labelpresent_{_label_name(key)}",
+                ],
+                "regex": f"({value});true",
+            }
+        )
+    relabel += [
+        {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"]},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"target_label": "job", "replacement": f"{monitor.namespace}/{monitor.name}"},
+        {"target_label": "endpoint", "replacement": endpoint["port"]},
+    ]
+    return {
+        "job_name": f"podMonitor/{monitor.namespace}/{monitor.name}/0",
+        "metrics_path": endpoint["path"],
+        "kubernetes_sd_configs": [
+            {"role": "pod", "namespaces": {"names": list(spec["namespaceSelector"]["matchNames"])}}
+        ],
+        "relabel_configs": relabel,
+    }
+
+
+def scrape_configs(settings: StackSettings) -> list[dict[str, Any]]:
+    """Both monitors as `scrape_configs` entries of a Prometheus configuration file."""
+    return [scrape_config(monitor) for monitor in all_pod_monitors(settings)]
+
+
+def metrics_absent_alert_group() -> dict[str, Any]:
+    """The rule group that fires when no rate-limit service's series reach Prometheus.
+
+    Label-free on purpose: it holds however the pods are scraped (our PodMonitor or your own job), and under
+    `enforcedNamespaceLabel` the operator adds the rule's namespace, which our monitors' series carry too."""
+    return {
+        "name": SCRAPE_ALERT_GROUP,
+        "rules": [
+            {
+                "alert": METRICS_ABSENT_ALERT,
+                "expr": f"absent({CONFIG_LOADED_METRIC})",
+                "for": METRICS_ABSENT_FOR,
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "No rate-limit service metrics reach Prometheus: the budget alerts cannot fire",
+                    "description": (
+                        f"For {METRICS_ABSENT_FOR} Prometheus has had no `{CONFIG_LOADED_METRIC}` series, which "
+                        "every envoy-ratelimit pod exports once it has its configuration (stats are flushed "
+                        f"every {STATS_FLUSH_INTERVAL}). AgentBudgetNearLimit and AgentBudgetExhausted read the "
+                        "same pods, so they stay silent too. Check that your Prometheus scrapes them (the "
+                        f"PodMonitor `{RATELIMIT_MONITOR_NAME}` must match its podMonitorSelector and "
+                        "podMonitorNamespaceSelector; or your own scrape job) and that "
+                        f"`kubectl -n {ENVOY_GATEWAY_NAMESPACE} get pods -l "
+                        f"app.kubernetes.io/name={RATELIMIT_CONTAINER_NAME}` shows running pods."
+                    ),
+                },
+            }
+        ],
+    }

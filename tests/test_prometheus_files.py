@@ -1,0 +1,170 @@
+"""`python -m tools.prometheus_files`: the alerts and scrape jobs for a Prometheus the operator does not manage.
+
+The rule file must hold exactly the PrometheusRule's groups, in the shape Prometheus loads (the group/rule
+schema of tests/support/prometheus_rule_schema.py, every expression parsed by promql-parser). The scrape jobs
+are run through Prometheus' relabelling on the targets its pod discovery would produce: the rules follow
+prometheus/prometheus `model/relabel/relabel.go` (regexes anchored, RE2 syntax, source labels joined with
+`;`, `replace` by default with replacement `$1`) and `discovery/kubernetes/pod.go` (one target per declared
+container port, with `__meta_kubernetes_pod_label_*`, `..._labelpresent_*`, `..._container_port_name`).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import jsonschema
+import promql_parser
+import re2
+import yaml
+
+from core.monitoring import prometheus_rule_manifest
+from core.validation import validate_stack
+from tests.support.program import ROOT, stack_config
+from tests.support.prometheus_rule_schema import GROUP_SCHEMA
+from tools import prometheus_files
+from tools.spend.stack import load_stack
+
+
+def printed(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = prometheus_files.build_parser().parse_args([*argv, "--project-dir", str(ROOT)])
+    return prometheus_files.run(args, out, err), out.getvalue(), err.getvalue()
+
+
+def _label_name(key: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def pod_targets(
+    namespace: str, pod: str, labels: dict[str, str], ports: list[tuple[str, str, int]], phase: str = "Running"
+) -> list[dict[str, str]]:
+    """The targets Prometheus' pod discovery gives one pod: one per (container, port name, port)."""
+    targets = []
+    for container, port_name, port in ports:
+        meta = {
+            "__address__": f"10.0.0.1:{port}",
+            "__meta_kubernetes_namespace": namespace,
+            "__meta_kubernetes_pod_name": pod,
+            "__meta_kubernetes_pod_phase": phase,
+            "__meta_kubernetes_pod_container_name": container,
+            "__meta_kubernetes_pod_container_port_name": port_name,
+            "__meta_kubernetes_pod_container_port_number": str(port),
+        }
+        for key, value in labels.items():
+            meta[f"__meta_kubernetes_pod_label_{_label_name(key)}"] = value
+            meta[f"__meta_kubernetes_pod_labelpresent_{_label_name(key)}"] = "true"
+        targets.append(meta)
+    return targets
+
+
+def _expand(replacement: str, groups: list[str | None]) -> str:
+    """`$1`-style references replaced by the regex groups (an unmatched group is empty)."""
+    return re.sub(r"\$(\d+)", lambda ref: groups[int(ref.group(1))] or "", replacement)
+
+
+def relabel(target: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:
+    """Prometheus' relabelling for the actions the jobs use (keep, drop, replace); None = target dropped."""
+    labels = dict(target)
+    for rule in rules:
+        action = rule.get("action", "replace")
+        value = ";".join(labels.get(name, "") for name in rule.get("source_labels", []))
+        pattern = re2.compile(f"^(?:{rule.get('regex', '(.*)')})$")
+        match = pattern.search(value)
+        if action == "keep" and not match:
+            return None
+        if action == "drop" and match:
+            return None
+        if action == "replace" and match:
+            labels[rule["target_label"]] = _expand(rule.get("replacement", "$1"), [match.group(0), *match.groups()])
+    return {key: value for key, value in labels.items() if not key.startswith("__")}
+
+
+RATELIMIT_LABELS = {
+    "app.kubernetes.io/name": "envoy-ratelimit",
+    "app.kubernetes.io/component": "ratelimit",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+ENVOY_LABELS = {
+    "app.kubernetes.io/name": "envoy",
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+    "gateway.envoyproxy.io/owning-gateway-name": "agent-router",
+    "gateway.envoyproxy.io/owning-gateway-namespace": "agent-budgets",
+}
+RATELIMIT_PORTS = [("envoy-ratelimit", "grpc", 8081), ("envoy-ratelimit", "metrics", 19001)]
+ENVOY_PORTS = [("envoy", "metrics", 19001), ("ai-gateway-extproc", "aigw-admin", 1064)]
+
+
+def test_the_rule_file_is_the_prometheus_rules_groups():
+    status, out, err = printed("rules", "--stack", "prod")
+    assert (status, err) == (0, "")
+    groups = yaml.safe_load(out)["groups"]
+    validated = validate_stack(load_stack(ROOT, "prod").raw, lambda key: (True, True))
+    assert groups == prometheus_rule_manifest(validated.settings, validated.rules, "prod").spec["groups"]
+    assert [group["name"] for group in groups] == ["agent-budgets", "agent-budgets-metrics"]
+    validator = jsonschema.Draft202012Validator(GROUP_SCHEMA)
+    for group in groups:
+        assert [error.message for error in validator.iter_errors(group)] == []
+        for rule in group["rules"]:
+            promql_parser.parse(rule["expr"])
+    assert "`make spend STACK=prod ARGS='--over 80'`" in groups[0]["rules"][0]["annotations"]["description"]
+
+
+def test_the_scrape_jobs_keep_exactly_the_ports_the_monitors_name():
+    status, out, err = printed("scrape-configs", "--stack", "dev")
+    assert (status, err) == (0, "")
+    ratelimit_job, router_job = yaml.safe_load(out)["scrape_configs"]
+    for job in (ratelimit_job, router_job):
+        assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["envoy-gateway-system"]}}]
+        assert job["metrics_path"] == "/metrics"
+    ratelimit_pod = pod_targets("envoy-gateway-system", "envoy-ratelimit-7d9f", RATELIMIT_LABELS, RATELIMIT_PORTS)
+    envoy_pod = pod_targets("envoy-gateway-system", "envoy-agent-budgets-agent-router-x1", ENVOY_LABELS, ENVOY_PORTS)
+    kept = [relabel(t, ratelimit_job["relabel_configs"]) for t in ratelimit_pod + envoy_pod]
+    assert kept == [
+        None,
+        {
+            "namespace": "envoy-gateway-system",
+            "container": "envoy-ratelimit",
+            "pod": "envoy-ratelimit-7d9f",
+            "job": "agent-budgets/envoy-ratelimit",
+            "endpoint": "metrics",
+        },
+        None,
+        None,
+    ]
+    kept = [relabel(t, router_job["relabel_configs"]) for t in ratelimit_pod + envoy_pod]
+    assert kept[:3] == [None, None, None]
+    assert kept[3] == {
+        "namespace": "envoy-gateway-system",
+        "container": "ai-gateway-extproc",
+        "pod": "envoy-agent-budgets-agent-router-x1",
+        "job": "agent-budgets/agent-router",
+        "endpoint": "aigw-admin",
+    }
+
+
+def test_pods_that_are_not_running_or_belong_to_another_gateway_are_not_scraped():
+    _, out, _ = printed("scrape-configs", "--stack", "dev")
+    _, router_job = yaml.safe_load(out)["scrape_configs"]
+    other = {**ENVOY_LABELS, "gateway.envoyproxy.io/owning-gateway-name": "other"}
+    for target in (
+        pod_targets("envoy-gateway-system", "p", ENVOY_LABELS, ENVOY_PORTS[1:], phase="Succeeded")[0],
+        pod_targets("envoy-gateway-system", "p", other, ENVOY_PORTS[1:])[0],
+    ):
+        assert relabel(target, router_job["relabel_configs"]) is None
+
+
+def test_a_stack_without_its_secrets_still_prints_and_a_bad_one_is_refused(tmp_path):
+    assert printed("rules", "--stack", "prod")[0] == 0  # the committed prod stack holds no secret
+    status, out, err = printed("rules", "--stack", "nope")
+    assert (status, out) == (2, "") and "unknown stack 'nope'" in err
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    bad = {f"agent-budgets:{key}": value for key, value in stack_config("dev").items()}
+    bad["agent-budgets:monitoring"] = {"nearLimitPercent": 120}
+    (tmp_path / "Pulumi.bad.yaml").write_text(yaml.safe_dump({"config": bad}), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    args = prometheus_files.build_parser().parse_args(["rules", "--stack", "bad", "--project-dir", str(tmp_path)])
+    assert prometheus_files.run(args, out, err) == 2 and out.getvalue() == ""
+    assert "agent-budgets:monitoring.nearLimitPercent" in err.getvalue()
