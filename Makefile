@@ -60,12 +60,14 @@ bench-egress: $(STAMP)
 up: $(STAMP)
 	bash scripts/up.sh check-prereqs      # one line per missing tool: docker, kind, kubectl, go, git, pulumi, python3
 	bash scripts/up.sh kind-cluster       # kind + feature gates + certificates.k8s.io/v1beta1 + registry localhost:5001 + proxy_arp
-	bash scripts/up.sh substrate-source   # clone Substrate at the ref pinned in scripts/versions.env, check its features
+	bash scripts/up.sh substrate-source   # clone Substrate at the pinned ref; check its features; classify its IdP (pool, jwks-file, absent)
 	bash scripts/up.sh substrate-install  # build kubectl-ate and ate-setup; ate-setup --kind deploy ate-system
+	bash scripts/up.sh substrate-idp      # build ate-idp-server with ko, apply Service idp then its Deployment, smoke-check the JWKS over TLS
 	bash scripts/up.sh probe-image        # build the probe agent image, push it to the kind registry
 	bash scripts/up.sh demo-actors        # worker pool, atespace agents, probe-agent template, actors (suspended)
-	bash scripts/up.sh pulumi-stack       # pulumi login file://<project>/.state; select or create stack dev
+	bash scripts/up.sh pulumi-stack       # pulumi login file://<project>/.state; select or create stack dev; localJwks if the IdP is unusable
 	bash scripts/up.sh pulumi-up          # pulumi up --yes --refresh (creates the egress policies); restart envoy-ratelimit
+	bash scripts/up.sh jwks-sync          # mode localJwks only: copy Substrate's public keys into the SecurityPolicy's ConfigMap
 	bash scripts/up.sh resume-actors      # resume the actors now that their egress policies exist
 	bash scripts/up.sh smoke              # each probe agent answers through atenet-router
 

@@ -96,7 +96,7 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         settings,
         rules,
         crds=[*deps.envoy_gateway, *namespace],
-        idp_backend=[idp.backend],
+        idp_backend=idp.jwks_dependencies,
         rate_limit_store=deps.rate_limit_store,
         opts=with_cluster,
     )

@@ -144,8 +144,13 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
 
 
 def idp_trust_manifests(settings: StackSettings) -> list[Manifest]:
-    """The Backend for Substrate's IdP, and the TLS trust Envoy Gateway needs to fetch its JWKS."""
+    """The Backend for Substrate's IdP, and the TLS trust Envoy Gateway needs to fetch its JWKS.
+
+    None in mode `localJwks`: the keys come from a ConfigMap, and nothing reaches the IdP at request time.
+    """
     sub = settings.substrate
+    if not sub.trust.fetches_remote_jwks:
+        return []
     ns = settings.gateway.namespace
     backend_spec: dict[str, Any] = {
         "endpoints": [{"fqdn": {"hostname": sub.idp_hostname, "port": sub.idp_port}}],
@@ -181,22 +186,54 @@ def idp_trust_manifests(settings: StackSettings) -> list[Manifest]:
 # Budgets
 
 
-def jwt_policy_manifest(settings: StackSettings) -> Manifest:
-    """Verify the actor JWT and copy its subject into x-actor-id (replacing any client value)."""
+def substrate_jwks_source(settings: StackSettings) -> dict[str, Any]:
+    """Where Envoy Gateway gets the keys that verify actor JWTs: `remoteJWKS` or `localJWKS`.
+
+    `localJWKS` names a ConfigMap by a LocalObjectReference, which Envoy Gateway reads in the SecurityPolicy's
+    own namespace, key `jwks` (else the first key) (internal/gatewayapi/securitypolicy.go `buildLocalJWKS`
+    @v1.9.0); `type` must be `ValueRef`, since it defaults to `Inline` (api/v1alpha1/jwt_types.go).
+    """
     sub = settings.substrate
-    provider = {
-        "name": JWT_PROVIDER_NAME,
-        "issuer": sub.issuer,
-        "audiences": [sub.audience],
+    if not sub.trust.fetches_remote_jwks:
+        return {
+            "localJWKS": {
+                "type": "ValueRef",
+                "valueRef": {"group": "", "kind": "ConfigMap", "name": sub.trust.jwks_config_map},
+            }
+        }
+    return {
         "remoteJWKS": {
             "uri": sub.jwks_uri,
             "backendRefs": [
                 {"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": IDP_BACKEND_NAME, "port": sub.idp_port}
             ],
-        },
+        }
+    }
+
+
+def substrate_jwt_provider(settings: StackSettings) -> dict[str, Any]:
+    """The provider for actor JWTs Substrate mints: its issuer, our audience, sub copied into x-actor-id."""
+    sub = settings.substrate
+    return {
+        "name": JWT_PROVIDER_NAME,
+        "issuer": sub.issuer,
+        "audiences": [sub.audience],
+        **substrate_jwks_source(settings),
         "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
     }
-    spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "jwt": {"providers": [provider]}}
+
+
+def jwt_providers(settings: StackSettings) -> list[dict[str, Any]]:
+    """Every identity the gateway accepts, one JWT provider each (Envoy Gateway tries them in order).
+
+    Each provider must copy its subject into x-actor-id, the one header every budget rule keys on.
+    """
+    return [substrate_jwt_provider(settings)]
+
+
+def jwt_policy_manifest(settings: StackSettings) -> Manifest:
+    """Verify the caller's JWT and copy its subject into x-actor-id (replacing any client value)."""
+    spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "jwt": {"providers": jwt_providers(settings)}}
     # The kill switch: suspended actors' tokens are refused before any model is called (core.suspension).
     authorization = suspension_authorization(settings.suspended, JWT_PROVIDER_NAME)
     if authorization is not None:

@@ -13,9 +13,16 @@ BUILD_DIR="${AB_ROOT}/build"
 SUBSTRATE_SRC="${BUILD_DIR}/substrate"
 BIN_DIR="${BUILD_DIR}/bin"
 PROBE_REF_FILE="${BUILD_DIR}/probe-image.ref"
+# Written by step substrate-idp when Envoy Gateway cannot use Substrate's IdP (the reason, one line); step
+# pulumi-stack then switches the stack to substrate.trust.mode localJwks and records the mode it replaced.
+IDP_FALLBACK_FILE="${BUILD_DIR}/idp-trust-fallback"
+IDP_SWITCH_FILE="${BUILD_DIR}/idp-trust-switched"
 STATE_DIR="${AB_ROOT}/.state"
 PULUMI_BACKEND="file://${STATE_DIR}"
 INSTALL_MARKER=agent-budgets-substrate
+
+# The project's own Python (make up builds ./venv first): it reads the stack file as the program does.
+AB_PYTHON="${AB_PYTHON:-${AB_ROOT}/venv/bin/python}"
 
 # kubectl finds the `ate` plugin as an executable named kubectl-ate on PATH; the Pulumi program's
 # egress-policy provider runs `kubectl ate`, so the binary built from the pinned checkout goes first.
@@ -73,19 +80,26 @@ kind_cluster_exists() { kind get clusters 2>/dev/null | grep -qx "${KIND_CLUSTER
 DEMO_ACTOR_LIST=(${DEMO_ACTORS})
 ALL_DEMO_ACTORS=("${DEMO_ACTOR_LIST[@]}" "${NOEGRESS_ACTOR}")
 
-# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 2 s until it succeeds. WAITED holds the last
-# line COMMAND printed (stderr is dropped): the timeout message shows it, and a caller may report it after.
-wait_until() {
-  local timeout="$1" what="$2"
-  shift 2
+# poll_until SECONDS COMMAND...: polls COMMAND every 2 s until it succeeds (status 0) or SECONDS have passed
+# (status 1). WAITED holds the last line COMMAND printed (stderr is dropped), for the caller to report.
+poll_until() {
+  local timeout="$1"
+  shift
   local deadline=$((SECONDS + timeout))
   WAITED=""
   until WAITED="$("$@" 2>/dev/null | tail -n1; exit "${PIPESTATUS[0]}")"; do
-    if ((SECONDS >= deadline)); then
-      die "timed out after ${timeout}s waiting for ${what}${WAITED:+ (last seen: ${WAITED})}"
-    fi
+    ((SECONDS < deadline)) || return 1
     sleep 2
   done
+}
+
+# wait_until SECONDS DESCRIPTION COMMAND...: poll_until, or an error naming what it waited for and the last
+# line it saw.
+wait_until() {
+  local timeout="$1" what="$2"
+  shift 2
+  poll_until "${timeout}" "$@" ||
+    die "timed out after ${timeout}s waiting for ${what}${WAITED:+ (last seen: ${WAITED})}"
 }
 
 # render_template FILE: prints FILE with ${NAME} placeholders replaced from the environment;
@@ -106,6 +120,38 @@ except KeyError as exc:
 # JSON, the Substrate checkout) in every shape the supported versions print; tests/test_substrate_facts.py
 # checks it against recorded samples.
 facts() { python3 "${AB_ROOT}/scripts/substrate_facts.py" "$@"; }
+
+# stack_value KEY...: the stack's settings as the program sees them (defaults applied), one line each, e.g.
+# `stack_value substrate.trust.mode` (tools/stack_value.py).
+stack_value() {
+  (cd "${AB_ROOT}" && "${AB_PYTHON}" -m tools.stack_value --stack "${PULUMI_STACK}" --project-dir "${AB_ROOT}" "$@")
+}
+
+# substrate_module: the Go module path of the checkout (github.com/agent-substrate/substrate in older
+# versions, go.ate.dev/substrate in newer ones).
+substrate_module() { facts go-module "${SUBSTRATE_SRC}"; }
+
+# ko_build_image BINARY: builds cmd/BINARY of the checkout with the checkout's own pinned ko (hack/tools/ko, as
+# ate-setup does in cmd/ate-setup/internal/ko/ko.go), pushes it to the kind registry and prints its digest ref.
+ko_build_image() {
+  local binary="$1" module ko goarch log ref
+  [[ -d "${SUBSTRATE_SRC}/cmd/${binary}" ]] || die "no cmd/${binary} in Substrate ${SUBSTRATE_REF}"
+  module="$(substrate_module)" || die "cannot read the Go module path of ${SUBSTRATE_SRC}/go.mod"
+  ko="$(cd "${SUBSTRATE_SRC}/hack/tools/ko" && go tool -n ko)" ||
+    die "cannot locate the ko tool pinned in ${SUBSTRATE_SRC}/hack/tools/ko"
+  goarch="$(go env GOARCH)"
+  log="$(mktemp)"
+  if ! ref="$(cd "${SUBSTRATE_SRC}" && KO_DOCKER_REPO="localhost:${REGISTRY_PORT}" \
+    KO_DEFAULTPLATFORMS="linux/${goarch}" "${ko}" build --base-import-paths "${module}/cmd/${binary}" 2>"${log}")"; then
+    cat "${log}" >&2
+    rm -f "${log}"
+    die "ko build of ${module}/cmd/${binary} failed"
+  fi
+  rm -f "${log}"
+  ref="$(printf '%s\n' "${ref}" | tail -n1)"
+  [[ "${ref}" == *@sha256:* ]] || die "ko did not print a digest for ${binary} (got '${ref}')"
+  printf '%s\n' "${ref}"
+}
 
 actor_state() {
   kate get actors "$1" -a "${ATESPACE}" -o json 2>/dev/null | facts actor-state

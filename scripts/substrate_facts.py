@@ -16,7 +16,16 @@ Upstream shapes followed (agent-substrate/substrate, newest snapshot and newer i
   `spec.snapshotsConfig{location}`.
 * The IdP: `cmd/ate-idp-server` serves the JWKS behind Service `idp` in `ate-system`
   (`installdefaults.IDPServiceName`); install manifests reference ko images as
-  `ko://<module>/cmd/<binary>` (`manifests/ate-install/ate-api-server.yaml`).
+  `ko://<module>/cmd/<binary>` (`manifests/ate-install/ate-api-server.yaml`). Its `main.go` has come in two
+  designs: the *pool* design reads the signing pool (`--actor-id-jwt-pool`, @d172cb1d and @228aab1b) and the
+  *JWKS-file* design a key set published in ConfigMap `actor-id-jwks` (`--jwks-file`, @7187a6c1); both take
+  `--issuer`, `--server-cred-bundle` and `--listen-address` (pflag).
+* Actor signing keys: Secret `ate-system/actor-id-jwt-pool`, key `pool`, JSON
+  `{"Authorities": [{"ID", "Algorithm", "SigningKeyPKCS8"}], "ActiveForSigning"}` with the PKCS#8 DER as
+  base64 (`internal/localjwtauthority/localjwtauthority.go` @fa68a116); the public JWK of each authority has
+  kid = ID, use `sig`, alg, and `EC` P-256 `x`/`y` or `RSA` `n`/`e`, sorted by kid (`jwks.go` @c9c9571e).
+  ConfigMap `ate-system/actor-id-jwks`, key `jwks.json`, holds that set when the controller publishes it
+  (`cmd/atecontroller/internal/controllers/actorjwks_controller.go` @496948ed).
 * WorkerPool: `manifests/ate-install/generated/ate.dev_workerpools.yaml` has `status.replicas` (the
   Deployment's pod count, `cmd/atecontroller/internal/controllers/workerpool_controller.go`
   `syncStatus`) and no ready count; worker pods carry `ate.dev/worker-pool=<pool>`
@@ -26,6 +35,8 @@ Upstream shapes followed (agent-substrate/substrate, newest snapshot and newer i
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import sys
@@ -232,6 +243,225 @@ def idp_install_problem(root: Path, ref: str = "the pinned ref") -> str | None:
     )
 
 
+# --- the Substrate checkout: which IdP design it has ------------------------------------------------------
+
+DESIGN_INSTALLER = "installer"  # the checkout's own install manifests deploy it: use them
+DESIGN_POOL = "pool"  # --actor-id-jwt-pool: serves the public half of the signing pool
+DESIGN_JWKS_FILE = "jwks-file"  # --jwks-file: serves ConfigMap actor-id-jwks
+DESIGN_ABSENT = "absent"  # no cmd/ate-idp-server
+DESIGN_UNKNOWN = "unknown"  # a main.go whose flags match neither design
+IDP_COMMON_FLAGS = ("issuer", "server-cred-bundle", "listen-address")
+IDP_KEY_FLAGS = {DESIGN_POOL: "actor-id-jwt-pool", DESIGN_JWKS_FILE: "jwks-file"}
+# pflag.String("name", ...), fs.StringVar(&v, "name", ...), flag.Duration("name", ...): the declared names.
+_FLAG_DECLARATION = re.compile(r"\b\w+\.\w+\(\s*(?:&[\w.]+\s*,\s*)?\"([a-z][a-z0-9-]*)\"\s*,")
+
+
+def go_module(root: Path) -> str:
+    """The module path in the checkout's go.mod (it has been github.com/agent-substrate/substrate and
+    go.ate.dev/substrate)."""
+    go_mod = root / "go.mod"
+    if go_mod.is_file():
+        for line in go_mod.read_text(encoding="utf-8", errors="replace").splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] == "module":
+                return words[1].strip('"')
+    raise CheckoutError(f"no module line in {go_mod}: is {root} a Substrate checkout?")
+
+
+def declared_flags(main_go: str) -> set[str]:
+    """The command-line flags a Go main declares (pflag and flag styles)."""
+    return set(_FLAG_DECLARATION.findall(main_go))
+
+
+def idp_design(root: Path) -> tuple[str, str]:
+    """(design, why) of the checkout's IdP: installer, pool, jwks-file, absent or unknown."""
+    if idp_install_problem(root) is None:
+        return DESIGN_INSTALLER, "manifests/ate-install runs cmd/ate-idp-server behind Service idp"
+    main = root / IDP_BINARY / "main.go"
+    if not main.is_file():
+        return DESIGN_ABSENT, f"no {IDP_BINARY}/main.go"
+    flags = declared_flags(main.read_text(encoding="utf-8", errors="replace"))
+    found = [design for design, flag in IDP_KEY_FLAGS.items() if flag in flags]
+    missing = [f"--{flag}" for flag in IDP_COMMON_FLAGS if flag not in flags]
+    if len(found) == 1 and not missing:
+        return found[0], f"{IDP_BINARY}/main.go declares --{IDP_KEY_FLAGS[found[0]]}"
+    listing = ", ".join(f"--{flag}" for flag in sorted(flags)) or "none"
+    return DESIGN_UNKNOWN, (
+        f"{IDP_BINARY}/main.go declares {listing}: not the pool design (--actor-id-jwt-pool) nor the JWKS-file "
+        "design (--jwks-file), each with --issuer, --server-cred-bundle and --listen-address"
+    )
+
+
+# --- actor signing keys: the pool Secret, the published key set ------------------------------------------
+
+
+def _der(data: bytes, at: int = 0) -> tuple[int, bytes, int]:
+    """One DER element at `at`: (tag, contents, offset after it)."""
+    tag, length = data[at], data[at + 1]
+    at += 2
+    if length & 0x80:
+        count = length & 0x7F
+        length = int.from_bytes(data[at : at + count], "big")
+        at += count
+    return tag, data[at : at + length], at + length
+
+
+def _der_children(contents: bytes) -> list[tuple[int, bytes]]:
+    children, at = [], 0
+    while at < len(contents):
+        tag, value, at = _der(contents, at)
+        children.append((tag, value))
+    return children
+
+
+def _b64url(value: bytes) -> str:
+    return base64.urlsafe_b64encode(value).rstrip(b"=").decode()
+
+
+# AlgorithmIdentifier OIDs of PKCS#8 (RFC 5208): id-ecPublicKey and rsaEncryption, DER-encoded.
+_OID_EC = bytes.fromhex("2a8648ce3d0201")
+_OID_RSA = bytes.fromhex("2a864886f70d010101")
+
+
+def public_jwk(key_id: str, algorithm: str, pkcs8: bytes) -> dict[str, str]:
+    """The public JWK of one pool authority, in the shape Substrate publishes (jwks.go @c9c9571e).
+
+    PKCS#8 PrivateKeyInfo (RFC 5208): SEQUENCE {version, AlgorithmIdentifier, OCTET STRING key}. An EC key is
+    an RFC 5915 ECPrivateKey whose [1] publicKey Go's x509.MarshalPKCS8PrivateKey always writes; an RSA key is
+    an RFC 8017 RSAPrivateKey {version, n, e, ...}.
+    """
+    _, info, _ = _der(pkcs8)
+    (_, _version), (_, algorithm_id), (_, private_key), *_ = _der_children(info)
+    oid = _der_children(algorithm_id)[0][1]
+    if oid == _OID_EC:
+        if algorithm != "ES256":
+            raise ValueError(f"key {key_id!r}: an EC key with algorithm {algorithm!r} (Substrate signs ES256)")
+        _, ec_key, _ = _der(private_key)
+        public = [value for tag, value in _der_children(ec_key) if tag == 0xA1]
+        if not public:
+            raise ValueError(f"key {key_id!r}: the EC private key carries no public key")
+        _, bits, _ = _der(public[0])
+        point = bits[1:]  # BIT STRING: one byte of unused bits, then 0x04 || x || y
+        if len(point) != 65 or point[0] != 4:
+            raise ValueError(f"key {key_id!r}: not an uncompressed P-256 point")
+        return {
+            "kty": "EC",
+            "kid": key_id,
+            "use": "sig",
+            "alg": algorithm,
+            "crv": "P-256",
+            "x": _b64url(point[1:33]),
+            "y": _b64url(point[33:65]),
+        }
+    if oid == _OID_RSA:
+        if algorithm not in ("RS256", "RS384", "RS512"):
+            raise ValueError(f"key {key_id!r}: an RSA key with algorithm {algorithm!r}")
+        _, rsa_key, _ = _der(private_key)
+        (_, _v), (_, modulus), (_, exponent), *_ = _der_children(rsa_key)
+        return {
+            "kty": "RSA",
+            "kid": key_id,
+            "use": "sig",
+            "alg": algorithm,
+            "n": _b64url(modulus.lstrip(b"\0")),
+            "e": _b64url(exponent.lstrip(b"\0")),
+        }
+    raise ValueError(f"key {key_id!r}: neither an EC nor an RSA key")
+
+
+def secret_value(secret: Any, key: str) -> str:
+    """One data value of `kubectl get secret -o json`, decoded."""
+    data = (secret.get("data") or {}) if isinstance(secret, Mapping) else {}
+    if key not in data:
+        raise ValueError(f"the Secret has no key {key!r} (keys: {', '.join(sorted(data)) or 'none'})")
+    return base64.b64decode(data[key]).decode()
+
+
+def config_map_value(config_map: Any, key: str) -> str:
+    """One data value of `kubectl get configmap -o json`."""
+    data = (config_map.get("data") or {}) if isinstance(config_map, Mapping) else {}
+    if key not in data:
+        raise ValueError(f"the ConfigMap has no key {key!r} (keys: {', '.join(sorted(data)) or 'none'})")
+    return str(data[key])
+
+
+def pool_authorities(pool_json: str) -> list[dict[str, Any]]:
+    pool = json.loads(pool_json)
+    authorities = pool.get("Authorities") if isinstance(pool, Mapping) else None
+    if not isinstance(authorities, list) or not authorities:
+        raise ValueError("the signing pool has no Authorities")
+    return authorities
+
+
+def pool_jwks(pool_json: str) -> dict[str, Any]:
+    """The JWKS the pool's public keys make, sorted by kid as Substrate publishes it. Never prints a private key."""
+    keys = [
+        public_jwk(
+            str(a.get("ID") or ""), str(a.get("Algorithm") or ""), base64.b64decode(a.get("SigningKeyPKCS8") or "")
+        )
+        for a in pool_authorities(pool_json)
+    ]
+    if any(not key["kid"] for key in keys):
+        raise ValueError("an authority of the signing pool has no ID")
+    return {"keys": sorted(keys, key=lambda key: key["kid"])}
+
+
+def pool_kids(pool_json: str) -> list[str]:
+    """The key ids the pool signs with (the authority IDs), sorted."""
+    return sorted(str(a.get("ID") or "") for a in pool_authorities(pool_json))
+
+
+def jwks_kids(jwks: Any) -> list[str]:
+    """The key ids of a JWK set, sorted; a set without keys is an error (Envoy would accept no token)."""
+    if isinstance(jwks, str):
+        jwks = json.loads(jwks)
+    keys = jwks.get("keys") if isinstance(jwks, Mapping) else None
+    if not isinstance(keys, list) or not keys:
+        raise ValueError("the JWK set has no keys")
+    return sorted(str(key.get("kid") or "") for key in keys if isinstance(key, Mapping))
+
+
+def annotation(obj: Any, key: str) -> str:
+    """metadata.annotations[key] of a `kubectl get -o json` object, or empty."""
+    meta = (obj.get("metadata") or {}) if isinstance(obj, Mapping) else {}
+    return str((meta.get("annotations") or {}).get(key) or "")
+
+
+def policy_accepted(policy: Any) -> tuple[bool, str]:
+    """(accepted, detail) of a Gateway API policy (or a `kubectl get -o json` List of them): every
+    status.ancestors[] entry has condition Accepted=True (Gateway API PolicyAncestorStatus)."""
+    items = policy.get("items") if isinstance(policy, Mapping) and "items" in policy else [policy]
+    if not items:
+        return False, "no such policy"
+    details = []
+    for item in items:
+        name = str(((item or {}).get("metadata") or {}).get("name") or "the policy")
+        ancestors = ((item.get("status") or {}).get("ancestors") or []) if isinstance(item, Mapping) else []
+        if not ancestors:
+            return False, f"{name}: no status yet"
+        for ancestor in ancestors:
+            conditions = {c.get("type"): c for c in ancestor.get("conditions") or []}
+            accepted = conditions.get("Accepted") or {}
+            if accepted.get("status") != "True":
+                status, message = accepted.get("status", "unknown"), accepted.get("message", "")
+                return False, f"{name}: Accepted={status} {message}".strip()
+        details.append(f"{name}: Accepted")
+    return True, ", ".join(details)
+
+
+def smoke_result(line: str) -> tuple[bool, str]:
+    """(ok, kids or "stage: error") from the one JSON line scripts/idp/fetch_jwks.py prints."""
+    try:
+        outcome = json.loads(line)
+    except ValueError:
+        return False, f"output: the smoke pod printed no result ({line.strip()[:300] or 'nothing'})"
+    if not isinstance(outcome, Mapping):
+        return False, f"output: unexpected result {line.strip()[:300]}"
+    if outcome.get("ok") is True:
+        return True, " ".join(str(kid) for kid in outcome.get("kids") or [])
+    return False, f"{outcome.get('stage', 'unknown')}: {outcome.get('error', '')}"
+
+
 # --- kubectl JSON: IdP endpoints, WorkerPool readiness ----------------------------------------------------
 
 
@@ -295,11 +525,33 @@ def main(argv: list[str]) -> int:
             return 0 if has_flag(sys.stdin.read(), args[0]) else 1
         elif query == "snapshot-block":
             print(snapshot_block(Path(args[0]), args[1], args[2] if len(args) > 2 else "the pinned ref"))
-        elif query == "idp-install":
-            problem = idp_install_problem(Path(args[0]), args[1] if len(args) > 1 else "the pinned ref")
-            if problem:
-                print(problem, file=sys.stderr)
-                return 1
+        elif query == "go-module":
+            print(go_module(Path(args[0])))
+        elif query == "idp-design":
+            design, why = idp_design(Path(args[0]))
+            print(f"{design}\t{why}")
+        elif query == "pool-kids":
+            print(" ".join(pool_kids(secret_value(parse_json(sys.stdin.read()), args[0] if args else "pool"))))
+        elif query == "pool-jwks":
+            pool = secret_value(parse_json(sys.stdin.read()), args[0] if args else "pool")
+            print(json.dumps(pool_jwks(pool), separators=(",", ":")))
+        elif query == "config-map-value":
+            print(config_map_value(parse_json(sys.stdin.read()), args[0]))
+        elif query == "jwks-kids":
+            print(" ".join(jwks_kids(sys.stdin.read())))
+        elif query == "annotation":
+            print(annotation(parse_json(sys.stdin.read()), args[0]))
+        elif query == "stamp":
+            print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])
+        elif query == "smoke-result":
+            lines = sys.stdin.read().strip().splitlines()
+            ok, detail = smoke_result(lines[-1] if lines else "")
+            print(detail)
+            return 0 if ok else 1
+        elif query == "policy-accepted":
+            accepted, detail = policy_accepted(parse_json(sys.stdin.read()))
+            print(detail)
+            return 0 if accepted else 1
         elif query == "ready-endpoints":
             print(ready_endpoints(parse_json(sys.stdin.read())))
         elif query == "workerpool":

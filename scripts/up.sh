@@ -5,16 +5,16 @@
 #   scripts/up.sh STEP [STEP]   only the named steps (the Makefile's `up` recipe lists them one per
 #                               line, so `make -n up` shows the whole sequence)
 #
-# Steps: check-prereqs kind-cluster substrate-source substrate-install probe-image demo-actors
-#        pulumi-stack pulumi-up resume-actors smoke
+# Steps: check-prereqs kind-cluster substrate-source substrate-install substrate-idp probe-image demo-actors
+#        pulumi-stack pulumi-up jwks-sync resume-actors smoke
 # Every step is safe to re-run: what exists is checked and kept, what is missing is created.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-STEPS=(check-prereqs kind-cluster substrate-source substrate-install probe-image demo-actors
-  pulumi-stack pulumi-up resume-actors smoke)
+STEPS=(check-prereqs kind-cluster substrate-source substrate-install substrate-idp probe-image demo-actors
+  pulumi-stack pulumi-up jwks-sync resume-actors smoke)
 
 # --- check-prereqs -------------------------------------------------------------------------------
 
@@ -126,7 +126,6 @@ verify_substrate_features() {
   local src="${SUBSTRATE_SRC}" missing=()
   [[ -d "${src}/cmd/ate-setup" ]] || missing+=("cmd/ate-setup (Substrate's installer)")
   [[ -d "${src}/cmd/kubectl-ate" ]] || missing+=("cmd/kubectl-ate")
-  [[ -d "${src}/cmd/ate-idp-server" ]] || missing+=("cmd/ate-idp-server (the IdP that publishes the actor JWKS)")
   grep -rqF '"actor/%s/%s"' "${src}/cmd/ateapi" 2>/dev/null ||
     missing+=("the actor JWT subject actor/<atespace>/<name> (cmd/ateapi)")
   if grep -rqF 'cannot inject actor JWTs yet' "${src}/cmd/atenet" 2>/dev/null ||
@@ -152,15 +151,6 @@ verify_substrate_features() {
     done
     die "the pinned Substrate ref lacks what agent-budgets needs; pin a newer ref in scripts/versions.env"
   fi
-  # The IdP binary alone is not enough: ate-setup must deploy it (Service idp), or every actor call gets 401.
-  # An IdP deployed by other means is declared with SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1; substrate-install
-  # then still requires Service idp in ate-system with a ready endpoint (require_idp_ready).
-  if [[ "${SUBSTRATE_IDP_DEPLOYED_SEPARATELY:-0}" == "1" ]]; then
-    info "IdP: deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1); substrate-install checks that Service idp serves"
-  else
-    facts idp-install "${src}" "${SUBSTRATE_REF}" >/dev/null ||
-      die "Substrate ${SUBSTRATE_REF} cannot serve actor JWKS (above): pin a ref whose installer deploys ate-idp-server, or deploy it behind Service idp in ate-system yourself and run again with SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1"
-  fi
   # probe/actor-template.yaml.tmpl carries the snapshot block in the shape this ref's own templates use.
   facts snapshot-block "${src}" "gs://${SNAPSHOT_BUCKET}/agent-budgets/" "${SUBSTRATE_REF}" >/dev/null ||
     die "cannot write an ActorTemplate for Substrate ${SUBSTRATE_REF} (above)"
@@ -185,11 +175,42 @@ step_substrate_source() {
     die "ref ${SUBSTRATE_REF} not found in ${SUBSTRATE_REPO}"
   git -C "${SUBSTRATE_SRC}" -c advice.detachedHead=false checkout --quiet --detach "${commit}" ||
     die "cannot check out ${SUBSTRATE_REF} in ${SUBSTRATE_SRC} (local changes?)"
-  if [[ -n "${SUBSTRATE_EXPECTED_COMMIT_PREFIX}" && "${commit}" != "${SUBSTRATE_EXPECTED_COMMIT_PREFIX}"* ]]; then
+  if [[ -z "${SUBSTRATE_EXPECTED_COMMIT_PREFIX}" ]]; then
+    info "${SUBSTRATE_REF} resolved to ${commit} (no expected commit recorded in scripts/versions.env)"
+  elif [[ "${commit}" == "${SUBSTRATE_EXPECTED_COMMIT_PREFIX}"* ]]; then
+    info "${SUBSTRATE_REF} resolved to ${commit} (expected ${SUBSTRATE_EXPECTED_COMMIT_PREFIX}…: same)"
+  else
+    info "${SUBSTRATE_REF} resolved to ${commit} (expected ${SUBSTRATE_EXPECTED_COMMIT_PREFIX}…: DIFFERENT)"
     warn "${SUBSTRATE_REF} is ${commit}, not ${SUBSTRATE_EXPECTED_COMMIT_PREFIX}… as recorded in scripts/versions.env (has the tag moved?)"
   fi
+  local module
+  module="$(substrate_module)" || die "cannot read the Go module path of ${SUBSTRATE_SRC}/go.mod (above)"
+  info "Go module ${module}"
   verify_substrate_features
-  info "${SUBSTRATE_REF} = ${commit}: installer, IdP (deployed by its manifests), actor JWT subject, http-rule JWT injection, a known ActorTemplate snapshot shape and guarded egress-policy writes present"
+  info "installer, actor JWT subject, http-rule JWT injection, a known ActorTemplate snapshot shape and guarded egress-policy writes present"
+  report_idp_design
+}
+
+# idp_design: sets IDP_DESIGN (installer, pool, jwks-file, absent or unknown) and IDP_DESIGN_WHY from the
+# checkout's cmd/ate-idp-server/main.go and install manifests (scripts/substrate_facts.py idp-design).
+idp_design() {
+  local line
+  line="$(facts idp-design "${SUBSTRATE_SRC}")" || die "cannot classify the IdP of ${SUBSTRATE_SRC} (above)"
+  IDP_DESIGN="${line%%$'\t'*}"
+  IDP_DESIGN_WHY="${line#*$'\t'}"
+}
+
+report_idp_design() {
+  if [[ "${SUBSTRATE_IDP_DEPLOYED_SEPARATELY:-0}" == "1" ]]; then
+    info "IdP: deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1); step substrate-idp checks that Service idp serves"
+    return 0
+  fi
+  idp_design
+  case "${IDP_DESIGN}" in
+    installer) info "IdP: deployed by Substrate's own installer (${IDP_DESIGN_WHY}); step substrate-idp only checks it" ;;
+    pool | jwks-file) info "IdP: ${IDP_DESIGN} design (${IDP_DESIGN_WHY}); no Substrate installer deploys it, so step substrate-idp does" ;;
+    *) warn "IdP: none make up can deploy (${IDP_DESIGN_WHY}): step substrate-idp will switch the dev stack to substrate.trust.mode localJwks" ;;
+  esac
 }
 
 # --- substrate-install ---------------------------------------------------------------------------
@@ -200,30 +221,14 @@ require_substrate_checkout() {
   [[ -d "${SUBSTRATE_SRC}/.git" ]] || die "no Substrate checkout: run scripts/up.sh substrate-source first"
 }
 
+# Substrate's own Deployments in ate-system: everything but what make up adds (the IdP, step substrate-idp).
+SUBSTRATE_DEPLOYMENTS='app.kubernetes.io/managed-by!=agent-budgets-make-up'
+
 substrate_installed() {
   local commit="$1" recorded
   recorded="$(kctl -n ate-system get configmap "${INSTALL_MARKER}" -o jsonpath='{.data.commit}' 2>/dev/null || true)"
   [[ "${recorded}" == "${commit}" ]] &&
-    kctl -n ate-system wait --for=condition=Available deployment --all --timeout=60s >/dev/null 2>&1
-}
-
-# require_idp_ready: Service idp in ate-system with at least one ready endpoint, or an error. Without it
-# Envoy Gateway cannot fetch the actor JWKS from https://idp.ate-system.svc and every actor call gets 401.
-require_idp_ready() {
-  local hint="kubectl --context ${KUBE_CONTEXT} -n ate-system get deploy,svc,endpointslices"
-  kctl -n ate-system get service idp >/dev/null 2>&1 ||
-    die "no Service idp in ate-system after the install: Substrate ${SUBSTRATE_REF}'s ate-setup did not deploy ate-idp-server, so every actor call would get 401. Pin a ref whose installer deploys it (SUBSTRATE_REF in scripts/versions.env), then FORCE_SUBSTRATE_INSTALL=1 make up (${hint})"
-  wait_until 120 "a ready endpoint of Service idp in ate-system: until ate-idp-server serves, every actor call would get 401 (${hint}; its logs: kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)" \
-    idp_ready_endpoints
-  info "Service idp in ate-system: ${WAITED} ready endpoint(s)"
-}
-
-# idp_ready_endpoints: prints how many ready endpoints Service idp in ate-system has; succeeds when any.
-idp_ready_endpoints() {
-  local ready
-  ready="$(kctl -n ate-system get endpointslices -l kubernetes.io/service-name=idp -o json 2>/dev/null | facts ready-endpoints || echo 0)"
-  echo "${ready}"
-  ((ready > 0))
+    kctl -n ate-system wait --for=condition=Available deployment -l "${SUBSTRATE_DEPLOYMENTS}" --timeout=60s >/dev/null 2>&1
 }
 
 step_substrate_install() {
@@ -241,7 +246,6 @@ step_substrate_install() {
 
   if [[ -z "${FORCE_SUBSTRATE_INSTALL:-}" ]] && substrate_installed "${commit}"; then
     info "Substrate ${SUBSTRATE_REF} is already installed and available: skipping (FORCE_SUBSTRATE_INSTALL=1 reinstalls)"
-    require_idp_ready
     return 0
   fi
   info "installing with ate-setup (builds every image with ko; cold caches take several minutes)"
@@ -253,12 +257,229 @@ step_substrate_install() {
       --rollout-timeout "${SUBSTRATE_ROLLOUT_TIMEOUT}" \
       deploy ate-system --credential-provider="${SUBSTRATE_CREDENTIAL_PROVIDER}"
   )
-  kctl -n ate-system wait --for=condition=Available deployment --all --timeout="${SUBSTRATE_ROLLOUT_TIMEOUT}" >/dev/null ||
+  kctl -n ate-system wait --for=condition=Available deployment -l "${SUBSTRATE_DEPLOYMENTS}" --timeout="${SUBSTRATE_ROLLOUT_TIMEOUT}" >/dev/null ||
     die "Substrate's deployments in ate-system are not Available: kubectl --context ${KUBE_CONTEXT} -n ate-system get pods"
-  require_idp_ready
   kctl -n ate-system create configmap "${INSTALL_MARKER}" --from-literal=ref="${SUBSTRATE_REF}" \
     --from-literal=commit="${commit}" --dry-run=client -o yaml | kctl apply -f - >/dev/null
   info "Substrate ${SUBSTRATE_REF} installed"
+}
+
+# --- substrate-idp -------------------------------------------------------------------------------
+#
+# No Substrate version deploys cmd/ate-idp-server (its installer, kustomize overlays and charts were searched),
+# yet Envoy Gateway verifies every actor JWT with the keys the IdP serves at https://idp.ate-system.svc. So
+# make up builds it from the pinned checkout and deploys it from scripts/idp/ in the design the checkout's
+# main.go declares, then checks it the way Envoy Gateway will use it. When it cannot (no IdP in this
+# Substrate, or the check fails), the dev stack falls back to substrate.trust.mode localJwks.
+
+IDP_TEMPLATES=("${AB_ROOT}/scripts/idp/service.yaml.tmpl" "${AB_ROOT}/scripts/idp/deployment.yaml.tmpl")
+IDP_STAMP_ANNOTATION=agent-budgets.dev/idp-stamp
+SMOKE_POD=agent-budgets-idp-smoke
+SMOKE_IMAGE=python:3.12-alpine
+# How long a rolled-out IdP may take to report ready (its keys loaded) before make up falls back.
+IDP_READY_SECONDS="${IDP_READY_SECONDS:-60}"
+
+# read_idp_settings: the stack settings the IdP steps use, read once (tools/stack_value.py).
+read_idp_settings() {
+  local values
+  mapfile -t values < <(stack_value substrate.issuer substrate.jwksUri substrate.trust.mode \
+    substrate.trust.clusterTrustBundle substrate.trust.configMap gateway.namespace)
+  ((${#values[@]} == 6)) || die "cannot read the substrate settings of stack ${PULUMI_STACK} (above)"
+  ISSUER="${values[0]}" JWKS_URI="${values[1]}" TRUST_MODE="${values[2]}" TRUST_BUNDLE="${values[3]}"
+  TRUST_CONFIG_MAP="${values[4]}" GATEWAY_NAMESPACE="${values[5]}"
+}
+
+# idp_keys DESIGN: exports the IDP_KEYS_* values deployment.yaml.tmpl takes for the key material.
+#   pool:      --actor-id-jwt-pool, Secret actor-id-jwt-pool key pool (ate-setup creates it; required)
+#   jwks-file: --jwks-file, ConfigMap actor-id-jwks key jwks.json (ate-controller publishes it; optional, so
+#              the IdP starts and reports not ready until it exists)
+idp_keys() {
+  case "$1" in
+    pool) export IDP_KEYS_FLAG=actor-id-jwt-pool IDP_KEYS_SOURCE=secret IDP_KEYS_OBJECT=actor-id-jwt-pool \
+      IDP_KEYS_KEY=pool IDP_KEYS_FILE=pool.json IDP_KEYS_OPTIONAL=false ;;
+    jwks-file) export IDP_KEYS_FLAG=jwks-file IDP_KEYS_SOURCE=configMap IDP_KEYS_OBJECT=actor-id-jwks \
+      IDP_KEYS_KEY=jwks.json IDP_KEYS_FILE=jwks.json IDP_KEYS_OPTIONAL=true ;;
+    *) die "no IdP key material for design '$1'" ;;
+  esac
+}
+
+# idp_stamp DESIGN ISSUER: what the deployed IdP must have been made from: the templates, the design, the
+# issuer and the checkout commit. A different stamp means rebuild and re-apply.
+idp_stamp() {
+  { printf 'design=%s\nissuer=%s\ncommit=%s\n' "$1" "$2" "$(substrate_commit)"; cat "${IDP_TEMPLATES[@]}"; } | facts stamp
+}
+
+# idp_ready_endpoints: prints how many ready endpoints Service idp in ate-system has; succeeds when any.
+idp_ready_endpoints() {
+  local ready
+  ready="$(kctl -n ate-system get endpointslices -l kubernetes.io/service-name=idp -o json 2>/dev/null | facts ready-endpoints || echo 0)"
+  echo "${ready}"
+  ((ready > 0))
+}
+
+# require_idp_ready: Service idp in ate-system with at least one ready endpoint, or an error (an IdP
+# declared with SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1, or deployed by Substrate's own installer).
+require_idp_ready() {
+  local hint="kubectl --context ${KUBE_CONTEXT} -n ate-system get deploy,svc,endpointslices"
+  kctl -n ate-system get service idp >/dev/null 2>&1 ||
+    die "no Service idp in ate-system: an IdP deployed separately must serve there, or every actor call gets 401 (${hint})"
+  wait_until 120 "a ready endpoint of Service idp in ate-system (${hint}; its logs: kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)" \
+    idp_ready_endpoints
+  info "Service idp in ate-system: ${WAITED} ready endpoint(s)"
+}
+
+# deploy_idp DESIGN: builds and applies ate-idp-server when its stamp changed (Service first, then the
+# Deployment), then waits for it to serve. IDP_PROBLEM says why, when it does not serve (set -e stays in force: never
+# called as a condition).
+deploy_idp() {
+  local design="$1" stamp current image
+  stamp="$(idp_stamp "${design}" "${ISSUER}")"
+  current="$(kctl -n ate-system get deployment ate-idp-server -o json 2>/dev/null | facts annotation "${IDP_STAMP_ANNOTATION}" || true)"
+  if [[ -z "${FORCE_IDP_DEPLOY:-}" && "${current}" == "${stamp}" ]]; then
+    info "ate-idp-server is current (${design} design, checkout ${SUBSTRATE_REF}, templates unchanged): not rebuilt (FORCE_IDP_DEPLOY=1 rebuilds and restarts it)"
+  else
+    image="$(ko_build_image ate-idp-server)"
+    idp_keys "${design}"
+    export IDP_IMAGE="${image}" IDP_ISSUER="${ISSUER}" IDP_STAMP="${stamp}" IDP_DESIGN="${design}"
+    # The Service first: the pod's certificate names idp.ate-system.svc only if Service idp selects the pod
+    # when the service-DNS signer signs it (cmd/podcertcontroller/internal/servicednssigner).
+    render_template "${IDP_TEMPLATES[0]}" | kctl apply -f - >/dev/null
+    kctl -n ate-system get service idp >/dev/null || die "Service idp was not created in ate-system"
+    render_template "${IDP_TEMPLATES[1]}" | kctl apply -f - >/dev/null
+    if [[ -n "${FORCE_IDP_DEPLOY:-}" ]]; then
+      # New pods, so new certificates signed while Service idp exists.
+      kctl -n ate-system rollout restart deployment/ate-idp-server >/dev/null
+    fi
+    info "applied Service idp, then Deployment ate-idp-server (${design} design, ${image})"
+  fi
+  local hint="kubectl --context ${KUBE_CONTEXT} -n ate-system describe deploy/ate-idp-server; kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server"
+  if ! kctl -n ate-system rollout status deployment/ate-idp-server --timeout=180s >/dev/null 2>&1; then
+    IDP_PROBLEM="Deployment ate-idp-server did not roll out within 180s (${hint})"
+    return 0
+  fi
+  if ! poll_until "${IDP_READY_SECONDS}" idp_ready_endpoints; then
+    IDP_PROBLEM="Service idp has no ready endpoint: /readyz answers 503 until the keys load (${hint})"
+    if [[ "${design}" == jwks-file ]] && ! kctl -n ate-system get configmap actor-id-jwks >/dev/null 2>&1; then
+      IDP_PROBLEM="ConfigMap ate-system/actor-id-jwks does not exist, so ate-idp-server has no keys to serve: this Substrate's ate-controller does not publish it (${hint})"
+    fi
+    return 0
+  fi
+  info "Service idp in ate-system: ${WAITED} ready endpoint(s)"
+}
+
+# signing_kids DESIGN: the key ids actor JWTs are signed with: the pool's authorities, or (JWKS-file design)
+# the key set ate-controller published from them.
+signing_kids() {
+  if [[ "$1" == jwks-file ]]; then
+    kctl -n ate-system get configmap actor-id-jwks -o json | facts config-map-value jwks.json | facts jwks-kids
+  else
+    kctl -n ate-system get secret actor-id-jwt-pool -o json | facts pool-kids pool
+  fi
+}
+
+smoke_pod_finished() {
+  local phase
+  phase="$(kctl -n "$1" get pod "${SMOKE_POD}" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+  echo "${phase:-Pending}"
+  [[ "${phase}" == Succeeded || "${phase}" == Failed ]]
+}
+
+# idp_smoke_check DESIGN: one pod fetches the IdP's JWKS trusting what the stack's substrate.trust names,
+# with hostname verification, and its key ids must be the signing keys'. IDP_PROBLEM says why, when not.
+idp_smoke_check() {
+  local design="$1" bundle="${TRUST_BUNDLE}" ca_map="${TRUST_CONFIG_MAP}" uri="${JWKS_URI}" namespace trust what
+  if [[ "${TRUST_MODE}" == configMap ]]; then
+    namespace="${GATEWAY_NAMESPACE}"
+    if ! kctl -n "${namespace}" get configmap "${ca_map}" >/dev/null 2>&1; then
+      warn "smoke check skipped: substrate.trust.mode is configMap and ConfigMap ${namespace}/${ca_map} (the IdP's CA, yours to fill) does not exist yet"
+      return 0
+    fi
+    trust="configMap: {name: \"${ca_map}\", items: [{key: ca.crt, path: ca.crt}]}"
+    what="the CA in ConfigMap ${namespace}/${ca_map}"
+  else
+    # The ClusterTrustBundle the BackendTLSPolicy names; in modes localJwks and insecureSkipVerify too, so a
+    # stack make up switched to localJwks switches back once the IdP verifies.
+    namespace=ate-system
+    trust="clusterTrustBundle: {name: \"${bundle}\", path: ca.crt}"
+    what="ClusterTrustBundle ${bundle}"
+  fi
+  kctl -n "${namespace}" create configmap "${SMOKE_POD}" --from-file=fetch_jwks.py="${AB_ROOT}/scripts/idp/fetch_jwks.py" \
+    --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  kctl -n "${namespace}" delete pod "${SMOKE_POD}" --ignore-not-found --wait=true >/dev/null
+  SMOKE_NAMESPACE="${namespace}" SMOKE_IMAGE="${SMOKE_IMAGE}" JWKS_URI="${uri}" SMOKE_TRUST_SOURCE="${trust}" \
+    render_template "${AB_ROOT}/scripts/idp/smoke-pod.yaml.tmpl" | kctl apply -f - >/dev/null
+  local finished=0 output result expected
+  poll_until 150 smoke_pod_finished "${namespace}" && finished=1
+  output="$(kctl -n "${namespace}" logs "${SMOKE_POD}" 2>&1 || true)"
+  kctl -n "${namespace}" delete pod "${SMOKE_POD}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  kctl -n "${namespace}" delete configmap "${SMOKE_POD}" --ignore-not-found >/dev/null 2>&1 || true
+  if ((finished == 0)); then
+    IDP_PROBLEM="the smoke pod ${namespace}/${SMOKE_POD} did not finish within 150s (last phase ${WAITED}; it pulls ${SMOKE_IMAGE})"
+    return 0
+  fi
+  if ! result="$(facts smoke-result <<<"${output}")"; then
+    printf '    smoke check: GET %s trusting %s failed:\n      %s\n' "${uri}" "${what}" "${result}" >&2
+    case "${result}" in
+      tls:*) IDP_PROBLEM="the IdP's certificate does not verify as ${uri%%/openid*} against ${what} (the handshake error is above). Check the certificate's names: if Service idp was created after the IdP's pod, FORCE_IDP_DEPLOY=1 bash scripts/up.sh substrate-idp restarts it with a certificate naming idp.ate-system.svc; if the chain itself is refused (Substrate's service-DNS CA is Ed25519), keep localJwks" ;;
+      connect:*) IDP_PROBLEM="nothing answered at ${uri} from inside the cluster (above): kubectl --context ${KUBE_CONTEXT} -n ate-system get svc,endpointslices -l app.kubernetes.io/name=ate-idp-server" ;;
+      *) IDP_PROBLEM="the IdP answered, but not with a usable key set (above): kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server" ;;
+    esac
+    return 0
+  fi
+  expected="$(signing_kids "${design}")" || die "cannot read the actor signing keys in ate-system (above)"
+  if [[ "${result}" != "${expected}" ]]; then
+    IDP_PROBLEM="the IdP serves key ids [${result}] but actor JWTs are signed with [${expected}]: tokens signed with a key it lacks would get 401 (it rereads its keys within a minute; run make up again, or see kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server)"
+    return 0
+  fi
+  info "smoke check: ${uri} verified against ${what} (hostname checked) and serves the signing keys [${result}]"
+}
+
+# request_idp_fallback REASON: records that Envoy Gateway cannot use the IdP; step pulumi-stack switches the
+# dev stack to substrate.trust.mode localJwks and step jwks-sync fills its ConfigMap.
+request_idp_fallback() {
+  mkdir -p "${BUILD_DIR}"
+  printf '%s\n' "$1" >"${IDP_FALLBACK_FILE}"
+  warn "FALLBACK: Envoy Gateway cannot use Substrate's IdP: $1"
+  warn "FALLBACK: step pulumi-stack switches stack ${PULUMI_STACK} to substrate.trust.mode localJwks (Pulumi.${PULUMI_STACK}.yaml), and step jwks-sync copies the actor keys into a ConfigMap beside the SecurityPolicy. Keys Substrate rotates later are not seen until: bash scripts/up.sh jwks-sync"
+}
+
+step_substrate_idp() {
+  step "Substrate's IdP: ate-idp-server behind Service idp in ate-system"
+  require_substrate_checkout
+  rm -f "${IDP_FALLBACK_FILE}"
+  IDP_PROBLEM=""
+  read_idp_settings
+  local design
+  if [[ "${SUBSTRATE_IDP_DEPLOYED_SEPARATELY:-0}" == "1" ]]; then
+    info "deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1): not deploying it, checking it"
+    require_idp_ready
+    design=pool
+  else
+    idp_design
+    design="${IDP_DESIGN}"
+    case "${design}" in
+      installer)
+        info "deployed by Substrate's own installer (${IDP_DESIGN_WHY}): not deploying ours"
+        require_idp_ready
+        design=pool
+        ;;
+      pool | jwks-file)
+        deploy_idp "${design}"
+        if [[ -n "${IDP_PROBLEM}" ]]; then
+          request_idp_fallback "${IDP_PROBLEM}"
+          return 0
+        fi
+        ;;
+      *)
+        request_idp_fallback "Substrate ${SUBSTRATE_REF} has no IdP make up can deploy (${IDP_DESIGN_WHY})"
+        return 0
+        ;;
+    esac
+  fi
+  idp_smoke_check "${design}"
+  if [[ -n "${IDP_PROBLEM}" ]]; then
+    request_idp_fallback "${IDP_PROBLEM}"
+  fi
 }
 
 # --- probe-image ---------------------------------------------------------------------------------
@@ -289,26 +510,6 @@ worker_image_field() {
   else
     die "the WorkerPool CRD in ${crd} has neither workerImage nor ateomImage"
   fi
-}
-
-# build_ateom_image: builds the gVisor worker image with the checkout's pinned ko; prints its ref.
-build_ateom_image() {
-  local module ko goarch
-  module="$(awk '$1 == "module" {print $2; exit}' "${SUBSTRATE_SRC}/go.mod")"
-  [[ -d "${SUBSTRATE_SRC}/cmd/ateom-gvisor" ]] || die "no cmd/ateom-gvisor in Substrate ${SUBSTRATE_REF}"
-  ko="$(cd "${SUBSTRATE_SRC}/hack/tools/ko" && go tool -n ko)" ||
-    die "cannot locate the ko tool pinned in ${SUBSTRATE_SRC}/hack/tools/ko"
-  goarch="$(go env GOARCH)"
-  local log ref
-  log="$(mktemp)"
-  if ! ref="$(cd "${SUBSTRATE_SRC}" && KO_DOCKER_REPO="localhost:${REGISTRY_PORT}" \
-    KO_DEFAULTPLATFORMS="linux/${goarch}" "${ko}" build --base-import-paths "${module}/cmd/ateom-gvisor" 2>"${log}")"; then
-    cat "${log}" >&2
-    rm -f "${log}"
-    die "ko build of ${module}/cmd/ateom-gvisor failed"
-  fi
-  rm -f "${log}"
-  printf '%s\n' "${ref}" | tail -n1
 }
 
 # ate_delete_any_state: true when the pinned kubectl-ate's `delete actor` has --any-state (newer builds
@@ -396,8 +597,7 @@ step_demo_actors() {
   local probe_image worker_image field
   probe_image="$(<"${PROBE_REF_FILE}")"
   field="$(worker_image_field)"
-  worker_image="$(build_ateom_image)"
-  [[ "${worker_image}" == *@sha256:* ]] || die "ko did not print a digest for ateom-gvisor (got '${worker_image}')"
+  worker_image="$(ko_build_image ateom-gvisor)"
 
   WORKER_IMAGE_FIELD="${field}" WORKER_IMAGE="${worker_image}" \
     render_template "${AB_ROOT}/probe/worker-pool.yaml.tmpl" | kctl apply -f - >/dev/null
@@ -435,6 +635,41 @@ step_pulumi_stack() {
     pulumi stack select "${PULUMI_STACK}" --create --secrets-provider passphrase --non-interactive >/dev/null
   )
   info "logged in to ${PULUMI_BACKEND}; stack ${PULUMI_STACK} selected (dev passphrase from scripts/versions.env unless PULUMI_CONFIG_PASSPHRASE is set)"
+  apply_idp_trust_decision
+}
+
+TRUST_MODE_KEY="agent-budgets:substrate.trust.mode"
+
+stack_config() { (cd "${AB_ROOT}" && pulumi config "$@" --stack "${PULUMI_STACK}" --non-interactive); }
+
+# apply_idp_trust_decision: what step substrate-idp found, written into the stack. Switched to localJwks
+# when the IdP cannot be used (the mode it replaced is kept in build/); switched back once it can.
+apply_idp_trust_decision() {
+  local mode previous
+  mode="$(stack_value substrate.trust.mode)" || die "cannot read substrate.trust.mode of stack ${PULUMI_STACK} (above)"
+  if [[ -s "${IDP_FALLBACK_FILE}" ]]; then
+    if [[ "${mode}" == localJwks ]]; then
+      info "substrate.trust.mode is localJwks already (the IdP cannot be used: $(<"${IDP_FALLBACK_FILE}"))"
+      return 0
+    fi
+    previous="$(stack_config get --path "${TRUST_MODE_KEY}" 2>/dev/null || true)"
+    printf '%s
+' "${previous}" >"${IDP_SWITCH_FILE}"
+    stack_config set --path "${TRUST_MODE_KEY}" localJwks >/dev/null
+    warn "SWITCHED stack ${PULUMI_STACK} from substrate.trust.mode ${mode} to localJwks (Pulumi.${PULUMI_STACK}.yaml changed): $(<"${IDP_FALLBACK_FILE}")"
+    warn "localJwks: Envoy Gateway verifies actor JWTs with a copy of Substrate's public keys (step jwks-sync), never with the IdP; once the IdP passes its smoke check, make up switches back to ${mode}"
+  elif [[ -f "${IDP_SWITCH_FILE}" && "${mode}" == localJwks ]]; then
+    previous="$(<"${IDP_SWITCH_FILE}")"
+    if [[ -n "${previous}" ]]; then
+      stack_config set --path "${TRUST_MODE_KEY}" "${previous}" >/dev/null
+    else
+      stack_config rm --path "${TRUST_MODE_KEY}" >/dev/null
+    fi
+    rm -f "${IDP_SWITCH_FILE}"
+    warn "SWITCHED stack ${PULUMI_STACK} back from substrate.trust.mode localJwks to $(stack_value substrate.trust.mode) (Pulumi.${PULUMI_STACK}.yaml changed): the IdP passed its smoke check"
+  else
+    rm -f "${IDP_SWITCH_FILE}"
+  fi
 }
 
 restart_ratelimit() {
@@ -455,6 +690,60 @@ step_pulumi_up() {
     pulumi up --yes --refresh --stack "${PULUMI_STACK}" --non-interactive
   )
   restart_ratelimit
+}
+
+# --- jwks-sync -----------------------------------------------------------------------------------
+
+# actor_jwks FILE: writes Substrate's actor JWKS to FILE and prints where it came from: ConfigMap
+# ate-system/actor-id-jwks (key jwks.json) when ate-controller publishes it, else the public keys of the signing
+# pool Secret actor-id-jwt-pool, the set the pool-design IdP serves (the private keys never leave the pipe).
+actor_jwks() {
+  local file="$1"
+  if kctl -n ate-system get configmap actor-id-jwks -o json 2>/dev/null | facts config-map-value jwks.json >"${file}" 2>/dev/null; then
+    echo "ConfigMap ate-system/actor-id-jwks"
+  elif kctl -n ate-system get secret actor-id-jwt-pool -o json 2>/dev/null | facts pool-jwks pool >"${file}"; then
+    echo "the public keys of Secret ate-system/actor-id-jwt-pool"
+  else
+    return 1
+  fi
+}
+
+jwt_policy_accepted() {
+  kctl -n "$1" get securitypolicy -l app.kubernetes.io/part-of=agent-budgets -o json | facts policy-accepted
+}
+
+step_jwks_sync() {
+  step "Actor keys for substrate.trust.mode localJwks"
+  local settings mode namespace config_map
+  mapfile -t settings < <(stack_value substrate.trust.mode gateway.namespace substrate.trust.jwksConfigMap)
+  ((${#settings[@]} == 3)) || die "cannot read the settings of stack ${PULUMI_STACK} (above)"
+  mode="${settings[0]}" namespace="${settings[1]}" config_map="${settings[2]}"
+  if [[ "${mode}" != localJwks ]]; then
+    info "stack ${PULUMI_STACK} uses substrate.trust.mode ${mode}: Envoy Gateway fetches the keys from the IdP, nothing to copy"
+    return 0
+  fi
+  kctl get namespace "${namespace}" >/dev/null 2>&1 ||
+    die "namespace ${namespace} does not exist yet: pulumi up creates it (bash scripts/up.sh pulumi-up jwks-sync)"
+  local file source kids
+  file="$(mktemp)"
+  if ! source="$(actor_jwks "${file}")"; then
+    rm -f "${file}"
+    die "no actor keys in ate-system (neither ConfigMap actor-id-jwks nor Secret actor-id-jwt-pool): is Substrate installed? (bash scripts/up.sh substrate-install)"
+  fi
+  if ! kids="$(facts jwks-kids <"${file}")"; then
+    rm -f "${file}"
+    die "the key set from ${source} is not usable (above)"
+  fi
+  kctl -n "${namespace}" create configmap "${config_map}" --from-file=jwks="${file}" --dry-run=client -o yaml |
+    kctl apply -f - >/dev/null
+  rm -f "${file}"
+  info "copied the actor JWKS (key ids ${kids}) from ${source} into ConfigMap ${namespace}/${config_map}, key jwks"
+  if poll_until 90 jwt_policy_accepted "${namespace}"; then
+    info "Envoy Gateway accepted the SecurityPolicy with these keys (${WAITED})"
+  else
+    warn "the SecurityPolicy in ${namespace} is not Accepted yet (${WAITED:-no status}): kubectl --context ${KUBE_CONTEXT} -n ${namespace} get securitypolicy -o yaml"
+  fi
+  warn "localJwks: when Substrate rotates its signing keys, calls get 401 until this copy is refreshed: bash scripts/up.sh jwks-sync"
 }
 
 # --- resume-actors -------------------------------------------------------------------------------
@@ -512,10 +801,12 @@ run_step() {
     kind-cluster) step_kind_cluster ;;
     substrate-source) step_substrate_source ;;
     substrate-install) step_substrate_install ;;
+    substrate-idp) step_substrate_idp ;;
     probe-image) step_probe_image ;;
     demo-actors) step_demo_actors ;;
     pulumi-stack) step_pulumi_stack ;;
     pulumi-up) step_pulumi_up ;;
+    jwks-sync) step_jwks_sync ;;
     resume-actors) step_resume_actors ;;
     smoke) step_smoke ;;
     *) die "unknown step '$1' (steps: ${STEPS[*]})" ;;
@@ -534,6 +825,9 @@ main() {
   done
   if ((${#steps[@]} == ${#STEPS[@]})) || [[ "${steps[${#steps[@]} - 1]}" == smoke ]]; then
     step "Dev environment ready: context ${KUBE_CONTEXT}, stack ${PULUMI_STACK}. Next: make e2e"
+    if [[ -s "${IDP_FALLBACK_FILE}" ]]; then
+      warn "running WITHOUT Substrate's IdP (substrate.trust.mode localJwks): $(<"${IDP_FALLBACK_FILE}")"
+    fi
   fi
 }
 

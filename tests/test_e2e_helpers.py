@@ -1356,11 +1356,6 @@ with open(os.environ["FAKE_STATE"], "r+") as handle:
         elif "pods" in words and "get" in words:
             ready = [{{"status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}] * st["ready_workers"]
             out = json.dumps({{"items": ready}})
-        elif words[-2:] == ["service", "idp"]:
-            rc = 0 if st["idp"] is not None else 1
-        elif "endpointslices" in words:
-            endpoints = [{{"addresses": ["10.0.0.9"], "conditions": {{"ready": ok}}}} for ok in st["idp"] or []]
-            out = json.dumps({{"items": [{{"endpoints": endpoints}}]}})
     elif tool == "git":
         if "get-url" in args:
             out = "https://github.com/agent-substrate/substrate.git"
@@ -1458,7 +1453,6 @@ def stub_root(tmp_path):
                 "registry_ports": "127.0.0.1:5001\n[::1]:5001",
                 "ready_workers": 4,
                 "any_state": False,
-                "idp": [True],  # Service idp with these endpoints' ready flags; None: no Service
             }
         )
     )
@@ -1527,7 +1521,6 @@ EGRESS_CLI_FULL = EGRESS_CLI_GET_CREATE + (
 
 def test_up_substrate_source_requires_update_and_guarded_delete_of_egress_policies(stub_root):
     _substrate_features(stub_root.substrate, EGRESS_CLI_FULL)
-    (stub_root.substrate / "manifests/ate-install/idp.yaml").write_text(IDP_MANIFEST)
     done, _ = stub_root("substrate-source")
     assert done.returncode == 0, done.stderr
     assert "guarded egress-policy writes present" in done.stderr + done.stdout
@@ -1679,55 +1672,13 @@ def test_up_recreating_actors_uses_delete_any_state_where_the_cli_has_it(stub_ro
     ]
 
 
-@pytest.mark.parametrize(
-    ("idp", "rc", "said"),
-    [
-        (None, 1, "no Service idp in ate-system after the install"),
-        ([True, False], 0, "Service idp in ate-system: 1 ready endpoint(s)"),
-    ],
-)
-def test_up_substrate_install_requires_a_serving_idp(stub_root, idp, rc, said):
-    """A missing Service idp is an error of substrate-install, not a warning (defect 1)."""
-    stub_root.seed(idp=idp)
-    done, _ = stub_root("substrate-install")
-    assert done.returncode == rc, done.stderr
-    assert said in (done.stderr if rc else done.stdout)
-    if rc:
-        assert (
-            "every actor call would get 401" in done.stderr and "SUBSTRATE_REF in scripts/versions.env" in done.stderr
-        )
-
-
 def _substrate_features(src, egress_cli=EGRESS_CLI_FULL):
     """The parts of a Substrate checkout that `substrate-source` looks for (scripts/up.sh)."""
-    for folder in ("cmd/ate-setup", "cmd/kubectl-ate/internal/cmd", "cmd/ate-idp-server", "cmd/ateapi", "cmd/atenet"):
+    for folder in ("cmd/ate-setup", "cmd/kubectl-ate/internal/cmd", "cmd/ateapi", "cmd/atenet"):
         (src / folder).mkdir(parents=True, exist_ok=True)
     (src / "cmd/ateapi/mint.go").write_text('sub := fmt.Sprintf("actor/%s/%s", atespace, name)\n')
     (src / "cmd/atenet/egress.go").write_text("token := effect.GetActorJwt()\n")
     (src / "cmd/kubectl-ate/internal/cmd/egress_policy.go").write_text(egress_cli)
-
-
-IDP_MANIFEST = (
-    "kind: Deployment\nmetadata:\n  name: ate-idp-server\nspec:\n  template:\n    spec:\n      containers:\n"
-    "      - image: ko://go.ate.dev/substrate/cmd/ate-idp-server\n---\nkind: Service\nmetadata:\n  name: idp\n"
-)
-
-
-def test_up_substrate_source_checks_that_the_installer_deploys_the_idp(stub_root, tmp_path):
-    """cmd/ate-idp-server alone is not enough: the install manifests must run it behind Service idp (defect 1)."""
-    src = tmp_path / "project" / "build" / "substrate"
-    _substrate_features(src)
-    done, _ = stub_root("substrate-source")
-    assert done.returncode == 1
-    assert "install manifests (manifests/ate-install) have no workload running cmd/ate-idp-server" in done.stderr
-    assert "or deploy it behind Service idp in ate-system yourself" in done.stderr
-    declared, _ = stub_root("substrate-source", extra_env={"SUBSTRATE_IDP_DEPLOYED_SEPARATELY": "1"})
-    assert declared.returncode == 0, declared.stderr
-    assert "IdP: deployed separately (SUBSTRATE_IDP_DEPLOYED_SEPARATELY=1)" in declared.stdout + declared.stderr
-    (src / "manifests/ate-install/idp.yaml").write_text(IDP_MANIFEST)
-    done, _ = stub_root("substrate-source")
-    assert done.returncode == 0, done.stderr
-    assert "IdP (deployed by its manifests)" in done.stdout
 
 
 # --- the live checks' own code, against a simulated stack -------------------------------------------------

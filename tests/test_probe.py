@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core import egress
 from tests.e2e.e2elib.probe import parse_probe_reply
 from tests.support.redis_server import _stop as stop_process
 from tests.support.redis_server import free_port
@@ -361,7 +362,7 @@ def _render(name, **values):
     return yaml.safe_load_all(string.Template((ROOT / "probe" / name).read_text()).substitute(values))
 
 
-def test_actor_template_runs_the_probe_as_built():
+def _actor_template(snapshot_block):
     (template,) = _render(
         "actor-template.yaml.tmpl",
         ATESPACE="agents",
@@ -369,7 +370,14 @@ def test_actor_template_runs_the_probe_as_built():
         WORKER_LABEL="agent-budgets-probe",
         PROBE_IMAGE="localhost:5001/agent-budgets-probe@sha256:" + "0" * 64,
         SNAPSHOT_BUCKET="ate-snapshots",
-        SNAPSHOT_BLOCK="snapshotConfig:\n  onPause: SNAPSHOT_CONTENT_SCOPE_FULL\n  storageLocation: gs://b/agent-budgets/",
+        SNAPSHOT_BLOCK=snapshot_block,
+    )
+    return template
+
+
+def test_actor_template_runs_the_probe_as_built():
+    template = _actor_template(
+        "snapshotConfig:\n  onPause: SNAPSHOT_CONTENT_SCOPE_FULL\n  storageLocation: gs://b/agent-budgets/"
     )
     assert template["metadata"] == {"atespace": "agents", "name": "probe-agent"}
     # scripts/up.sh fills in the block in the pinned checkout's shape (scripts/substrate_facts.py).
@@ -401,3 +409,19 @@ def test_worker_pool_matches_the_template_selector():
     assert namespace["kind"] == "Namespace" and namespace["metadata"]["name"] == "agent-budgets-actors"
     assert pool["kind"] == "WorkerPool" and pool["metadata"]["labels"] == {"workload": "agent-budgets-probe"}
     assert pool["spec"] == {"replicas": 4, "workerImage": "localhost:5001/ateom-gvisor@sha256:" + "1" * 64}
+
+
+def test_the_probe_in_an_actor_sends_the_header_its_egress_rule_replaces():
+    """Substrate's egress gateway replaces only a header the request already carries: a version of its
+    applyEffects lets a request without it go out unchanged, with no JWT (reference/substrate.md §1.5). So
+    the probe, as the actor template starts it, must send the very header the rule names, with a value."""
+    template = _actor_template("snapshotConfig:\n  storageLocation: gs://b/agent-budgets/")
+    env = {item["name"]: item["value"] for item in template["containers"][0]["env"]}
+    spec = probe_agent.build_call({}, probe_agent.Settings.from_env(env))
+    [rule] = egress.build_rules(
+        egress.PolicyInputs(atespace="agents", actor="actor-a", kube_context="k", substrate_ref="v")
+    )
+    [replaced] = rule["http"]["effects"]["replaceHeaders"]
+    sent = {name.lower(): value for name, value in spec.headers.items()}
+    assert replaced["header"].lower() in sent and sent[replaced["header"].lower()].strip()
+    assert (spec.host, spec.port) == (rule["http"]["hostnames"][0], rule["http"]["ports"]["numbers"][0])

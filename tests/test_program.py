@@ -97,6 +97,42 @@ def test_skipping_idp_verification_is_possible_but_loud():
     assert any("WITHOUT verifying" in warning for warning in run.warnings)
 
 
+def test_local_jwks_mode_reads_the_keys_from_a_config_map_beside_the_policy():
+    """Mode localJwks: the SecurityPolicy's provider takes localJWKS by ValueRef to a ConfigMap, which Envoy
+    Gateway looks up in the policy's own namespace (internal/gatewayapi/securitypolicy.go buildLocalJWKS
+    @v1.9.0), and nothing of the remote path is declared: no Backend or BackendTLSPolicy for the IdP."""
+    config = stack_config("dev")
+    config["substrate"] = {"trust": {"mode": "localJwks", "jwksConfigMap": "actor-keys"}}
+    run = run_program(config)
+    policy = run.one("SecurityPolicy")
+    [provider] = spec(policy)["jwt"]["providers"]
+    assert provider["localJWKS"] == {
+        "type": "ValueRef",
+        "valueRef": {"group": "", "kind": "ConfigMap", "name": "actor-keys"},
+    }
+    assert "remoteJWKS" not in provider
+    assert provider["issuer"] == "https://idp.ate-system.svc"
+    assert provider["claimToHeaders"] == [{"header": "x-actor-id", "claim": "sub"}]
+    assert policy.inputs["metadata"]["namespace"] == "agent-budgets"
+    assert not [r for r in run.of_kind("Backend") if r.inputs["metadata"]["name"] == "substrate-idp"]
+    assert not run.of_kind("BackendTLSPolicy")
+    assert any("localJwks" in w and "agent-budgets/actor-keys" in w for w in run.warnings)
+    # The SecurityPolicy waits for nothing of the IdP's (there is nothing), only for the CRDs and namespace.
+    idp = run.monitor.one("agent-budgets:substrate:IdpTrust")
+    assert run.monitor.outputs[idp.urn] == {"trustMode": "localJwks"}
+
+
+def test_the_jwks_config_map_follows_the_gateway_namespace():
+    config = stack_config("dev")
+    config["gateway"] = {"namespace": "models"}
+    config["substrate"] = {"trust": {"mode": "localJwks"}}
+    run = run_program(config)
+    policy = run.one("SecurityPolicy")
+    assert policy.inputs["metadata"]["namespace"] == "models"
+    [provider] = spec(policy)["jwt"]["providers"]
+    assert provider["localJWKS"]["valueRef"]["name"] == "substrate-actor-jwks"
+
+
 def test_gateway_has_a_fixed_service_name_and_strips_client_actor_headers(dev):
     proxy = spec(dev.one("EnvoyProxy"))
     assert proxy["provider"]["kubernetes"]["envoyService"] == {"name": "agent-router", "type": "ClusterIP"}

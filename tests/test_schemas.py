@@ -42,6 +42,9 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     insecure = copy.deepcopy(dev)
     insecure["substrate"] = {"trust": {"mode": "insecureSkipVerify"}}
     insecure["gateway"] = {"smallCluster": False, "port": 8080, "requestBufferLimit": "100Mi"}
+    # No IdP in the request path: the SecurityPolicy reads the actor keys from a ConfigMap (localJWKS).
+    local_jwks = copy.deepcopy(dev)
+    local_jwks["substrate"] = {"trust": {"mode": "localJwks"}}
     keys = {"openaiApiKey": OPENAI_KEY, "anthropicApiKey": ANTHROPIC_KEY}
     # Money budgets, several windows and suspended actors: CEL costs on every route, usd rules with their
     # extra match, reserved rule slots, the SecurityPolicy's authorization and the BTP's responseOverride.
@@ -66,7 +69,13 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "mock-model": {"input": 10, "output": 20},
     }
     money["suspended"] = ["agents/actor-7", *[f"lab/suspended-{i:03d}" for i in range(130)]]
-    return {"dev": (dev, {}), "real": (real, keys), "insecure-idp": (insecure, {}), "money": (money, keys)}
+    return {
+        "dev": (dev, {}),
+        "real": (real, keys),
+        "insecure-idp": (insecure, {}),
+        "local-jwks": (local_jwks, {}),
+        "money": (money, keys),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +113,21 @@ def test_every_custom_resource_meets_its_crd(catalog, custom_objects):
             failures.append(f"{obj['kind']}/{obj['metadata']['name']}: {report.errors}")
     assert failures == []
     assert evaluated > 0, "no CEL rule was evaluated: the validator is not looking"
+
+
+def test_the_local_jwks_variant_is_checked_with_its_cel_rule(catalog):
+    """Guard against a vacuous pass: the localJWKS provider is there, and its own CEL rule (exactly one of
+    inline or valueRef, matching type) is evaluated; a provider breaking that rule is refused."""
+    config, secrets = variants()["local-jwks"]
+    objects = [r.as_object() for r in run_program(config, secrets=secrets).custom_resources()]
+    [security] = [o for o in objects if o["kind"] == "SecurityPolicy"]
+    [provider] = security["spec"]["jwt"]["providers"]
+    assert provider["localJWKS"]["type"] == "ValueRef"
+    assert catalog.validate(security).errors == []
+    broken = copy.deepcopy(security)
+    broken["spec"]["jwt"]["providers"][0]["localJWKS"]["type"] = "Inline"
+    assert any("Exactly one of inline or valueRef" in error for error in catalog.validate(broken).errors)
+    assert not [o for o in objects if o["kind"] in {"Backend", "BackendTLSPolicy"} and "idp" in o["metadata"]["name"]]
 
 
 def test_the_money_variant_exercises_every_new_field(catalog):

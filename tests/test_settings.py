@@ -214,7 +214,12 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "unknown trust mode",
         with_changes(substrate={"trust": {"mode": "trustMe"}}),
-        ["agent-budgets:substrate.trust.mode", "'trustMe'"],
+        ["agent-budgets:substrate.trust.mode", "'trustMe'", "localJwks"],
+    ),
+    (
+        "jwks config map not a name",
+        with_changes(substrate={"trust": {"mode": "localJwks", "jwksConfigMap": "Actor_Keys"}}),
+        ["agent-budgets:substrate.trust.jwksConfigMap", "'Actor_Keys'", "is not a ConfigMap name"],
     ),
     (
         "exclusion slots out of range",

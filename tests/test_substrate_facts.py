@@ -15,12 +15,22 @@ Shapes and the upstream files they follow (agent-substrate/substrate):
 
 from __future__ import annotations
 
+import base64
+import http.server
+import importlib.util
 import json
+import shutil
+import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.support.tls_proxy import issue_server_certificate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -170,29 +180,8 @@ def test_snapshot_block_refuses_a_ref_it_cannot_write_for(tmp_path, templates, r
 
 # --- does the checkout's installer deploy the IdP? (defect 1) ----------------------------------------------
 
-IDP_MANIFEST = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: ate-idp-server
-  namespace: ate-system
-spec:
-  template:
-    spec:
-      containers:
-      - name: ate-idp-server
-        image: ko://go.ate.dev/substrate/cmd/ate-idp-server
-        args: ["--listen-address=:8443"]
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: idp
-  namespace: ate-system
-spec:
-  ports:
-  - port: 443
-    targetPort: 8443
-"""
+# An install that deploys the IdP itself (a fixture: no Substrate version found does).
+IDP_MANIFEST = (ROOT / "tests/fixtures/substrate/installer/manifests/ate-install/ate-idp-server.yaml").read_text()
 API_MANIFEST = """apiVersion: v1
 kind: Service
 metadata:
@@ -343,5 +332,193 @@ def test_command_line_checkout_queries(tmp_path):
     root = _checkout(tmp_path, counter=SCOPES_TEMPLATE)
     block = _run("snapshot-block", str(root), "gs://ate-snapshots/agent-budgets/", "v9")
     assert block.returncode == 0 and block.stdout.splitlines()[0] == "snapshotConfig:"
-    refused = _run("idp-install", str(root), "v9")
-    assert refused.returncode == 1 and "Substrate v9's install manifests" in refused.stderr
+    assert _run("idp-design", str(root)).stdout == "absent\tno cmd/ate-idp-server/main.go\n"
+    missing = _run("go-module", str(root))
+    assert missing.returncode == 1 and "no module line in" in missing.stderr  # no go.mod: not a checkout
+
+
+# --- the IdP: which design the checkout has (issue 16) ------------------------------------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures" / "substrate"
+
+
+def _fixture_checkout(tmp_path, design):
+    root = tmp_path / design
+    shutil.copytree(FIXTURES / "common", root)
+    shutil.copytree(FIXTURES / design, root, dirs_exist_ok=True)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("design", "module"),
+    [
+        ("pool", "github.com/agent-substrate/substrate"),
+        ("jwks-file", "go.ate.dev/substrate"),
+        ("absent", "go.ate.dev/substrate"),
+    ],
+)
+def test_idp_design_and_module_of_each_fixture(tmp_path, design, module):
+    root = _fixture_checkout(tmp_path, design)
+    assert facts.idp_design(root)[0] == design
+    assert facts.go_module(root) == module
+    done = _run("idp-design", str(root))
+    assert done.returncode == 0 and done.stdout.split("\t")[0] == design
+
+
+def test_a_main_go_of_neither_design_is_unknown_and_says_what_it_declares(tmp_path):
+    root = _fixture_checkout(tmp_path, "pool")
+    main = root / "cmd/ate-idp-server/main.go"
+    main.write_text(main.read_text().replace('"actor-id-jwt-pool"', '"keys-dir"'))
+    design, why = facts.idp_design(root)
+    assert design == "unknown"
+    assert "declares --issuer, --keys-dir, --listen-address, --server-cred-bundle" in why
+    main.write_text(
+        main.read_text().replace('"keys-dir"', '"actor-id-jwt-pool"') + 'var j = pflag.String("jwks-file", "", "")\n'
+    )
+    assert facts.idp_design(root)[0] == "unknown"  # both designs at once: neither
+
+
+def test_an_installer_that_deploys_the_idp_wins(tmp_path):
+    root = _fixture_checkout(tmp_path, "absent")
+    shutil.copytree(FIXTURES / "installer", root, dirs_exist_ok=True)
+    assert facts.idp_design(root)[0] == "installer"
+
+
+# --- actor signing keys: the pool's public half, as Substrate publishes it ---------------------------------
+
+
+def _pkcs8(key):
+    return key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _b64url_int(text):
+    return int.from_bytes(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), "big")
+
+
+def test_public_jwk_of_an_ec_and_an_rsa_authority_matches_the_key():
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    jwk = facts.public_jwk("1", "ES256", _pkcs8(ec_key))
+    numbers = ec_key.public_key().public_numbers()
+    assert {k: jwk[k] for k in ("kty", "kid", "use", "alg", "crv")} == {
+        "kty": "EC",
+        "kid": "1",
+        "use": "sig",
+        "alg": "ES256",
+        "crv": "P-256",
+    }
+    assert (_b64url_int(jwk["x"]), _b64url_int(jwk["y"])) == (numbers.x, numbers.y)
+    assert len(base64.urlsafe_b64decode(jwk["x"] + "=")) == 32  # padded to the coordinate size (jwks.go)
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = facts.public_jwk("r", "RS256", _pkcs8(rsa_key))
+    assert (jwk["kty"], jwk["e"]) == ("RSA", "AQAB")
+    assert _b64url_int(jwk["n"]) == rsa_key.public_key().public_numbers().n
+    assert set(jwk) == {"kty", "kid", "use", "alg", "n", "e"}  # never a private parameter
+    with pytest.raises(ValueError, match="an EC key with algorithm 'RS256'"):
+        facts.public_jwk("1", "RS256", _pkcs8(ec_key))
+
+
+def _pool_secret(*authorities):
+    pool = {
+        "Authorities": [
+            {"ID": kid, "Algorithm": "ES256", "SigningKeyPKCS8": base64.b64encode(_pkcs8(key)).decode()}
+            for kid, key in authorities
+        ],
+        "ActiveForSigning": authorities[0][0],
+    }
+    return {"data": {"pool": base64.b64encode(json.dumps(pool).encode()).decode()}}
+
+
+def test_pool_jwks_and_kids_from_the_secret_sorted_by_kid():
+    secret = _pool_secret(
+        ("b", ec.generate_private_key(ec.SECP256R1())), ("a", ec.generate_private_key(ec.SECP256R1()))
+    )
+    pool = facts.secret_value(secret, "pool")
+    assert facts.pool_kids(pool) == ["a", "b"]
+    jwks = facts.pool_jwks(pool)
+    assert [key["kid"] for key in jwks["keys"]] == ["a", "b"] and facts.jwks_kids(jwks) == ["a", "b"]
+    done = _run("pool-jwks", "pool", stdin=json.dumps(secret))
+    assert done.returncode == 0 and "SigningKeyPKCS8" not in done.stdout and json.loads(done.stdout) == jwks
+    assert _run("pool-kids", "pool", stdin=json.dumps(secret)).stdout == "a b\n"
+    with pytest.raises(ValueError, match="has no key 'pool'"):
+        facts.secret_value({"data": {}}, "pool")
+    with pytest.raises(ValueError, match="no keys"):
+        facts.jwks_kids({"keys": []})
+
+
+def test_policy_accepted_reads_every_ancestor():
+    def policy(status, message=""):
+        condition = {"type": "Accepted", "status": status, "reason": "Accepted", "message": message}
+        return {"metadata": {"name": "agent-budgets-jwt"}, "status": {"ancestors": [{"conditions": [condition]}]}}
+
+    assert facts.policy_accepted({"items": [policy("True")]}) == (True, "agent-budgets-jwt: Accepted")
+    refused = facts.policy_accepted({"items": [policy("False", "local JWKS ConfigMap a/b not found")]})
+    assert refused == (False, "agent-budgets-jwt: Accepted=False local JWKS ConfigMap a/b not found")
+    assert facts.policy_accepted({"items": []}) == (False, "no such policy")
+    assert facts.policy_accepted({"items": [{"metadata": {"name": "p"}}]}) == (False, "p: no status yet")
+
+
+# --- the smoke check's fetch, against a real HTTPS server ---------------------------------------------------
+
+_fetch_spec = importlib.util.spec_from_file_location("fetch_jwks", ROOT / "scripts" / "idp" / "fetch_jwks.py")
+fetch_jwks = importlib.util.module_from_spec(_fetch_spec)
+_fetch_spec.loader.exec_module(fetch_jwks)
+JWKS = {"keys": [{"kty": "EC", "kid": "1", "use": "sig", "alg": "ES256", "crv": "P-256", "x": "AA", "y": "AA"}]}
+
+
+@pytest.fixture(scope="module")
+def idp_server(tmp_path_factory):
+    """An HTTPS server for `localhost` whose chain is signed by an Ed25519 CA (Substrate's service-DNS CA
+    type), serving a JWKS at /openid/v1/jwks; yields (port, CA file, a CA file of another CA)."""
+    folder = tmp_path_factory.mktemp("idp")
+    issued = issue_server_certificate("localhost", ed25519_ca=True)
+    other = issue_server_certificate("localhost")
+    (folder / "ca.crt").write_text(issued.ca_pem)
+    (folder / "other.crt").write_text(other.ca_pem)
+    (folder / "tls.crt").write_text(issued.cert_pem)
+    (folder / "tls.key").write_text(issued.key_pem)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(JWKS).encode() if self.path == "/openid/v1/jwks" else b"not found"
+            self.send_response(200 if self.path == "/openid/v1/jwks" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], str(folder / "ca.crt"), str(folder / "other.crt")
+    server.shutdown()
+    server.server_close()
+
+
+def test_fetch_verifies_the_chain_and_the_host_name(idp_server):
+    port, ca, other = idp_server
+    good = fetch_jwks.fetch(f"https://localhost:{port}/openid/v1/jwks", ca)
+    assert good == {"ok": True, "kids": ["1"], "jwks": JWKS}
+    wrong_name = fetch_jwks.fetch(f"https://127.0.0.1:{port}/openid/v1/jwks", ca)
+    assert wrong_name["ok"] is False and wrong_name["stage"] == "tls"
+    assert "certificate verify failed" in wrong_name["error"] and "127.0.0.1" in wrong_name["error"]
+    untrusted = fetch_jwks.fetch(f"https://localhost:{port}/openid/v1/jwks", other)
+    assert untrusted["stage"] == "tls" and "certificate verify failed" in untrusted["error"]
+    missing = fetch_jwks.fetch(f"https://localhost:{port}/nope", ca)
+    assert missing == {"ok": False, "stage": "http", "error": f"HTTP 404 Not Found from https://localhost:{port}/nope"}
+
+
+def test_smoke_result_reads_the_fetch_line():
+    assert facts.smoke_result('{"ok":true,"kids":["1","2"],"jwks":{}}') == (True, "1 2")
+    failed = '{"ok":false,"stage":"tls","error":"SSLCertVerificationError: x"}'
+    assert facts.smoke_result(failed) == (False, "tls: SSLCertVerificationError: x")
+    assert facts.smoke_result("exec format error") == (
+        False,
+        "output: the smoke pod printed no result (exec format error)",
+    )

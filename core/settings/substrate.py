@@ -9,17 +9,31 @@ from pydantic import AfterValidator, Field, field_validator
 from core import egress
 from core.settings.base import DNS_SUBDOMAIN, GATEWAY_HOSTNAME, ConfigModel
 
-TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify"]
+TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify", "localJwks"]
+# The modes in which Envoy Gateway fetches the actor keys from the IdP at request time (remoteJWKS).
+REMOTE_TRUST_MODES: tuple[TrustMode, ...] = ("clusterTrustBundle", "configMap", "insecureSkipVerify")
+
+
+def _config_map_name(value: str) -> str:
+    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{value!r} is not a ConfigMap name: use lowercase letters, digits, '-' and '.', at most 253 characters"
+        )
+    return value
+
+
+ConfigMapName = Annotated[str, AfterValidator(_config_map_name)]
 
 
 class IdpTrust(ConfigModel):
-    """How Envoy Gateway trusts the TLS certificate of Substrate's IdP when it fetches the JWKS."""
+    """How Envoy Gateway gets the actor keys: from the IdP over verified TLS, or from a local copy."""
 
     mode: TrustMode = Field(
         default="clusterTrustBundle",
         description=(
-            "How the IdP's certificate is verified: `clusterTrustBundle`, `configMap` or `insecureSkipVerify` "
-            "(throwaway clusters only)."
+            "How Envoy Gateway gets the actor keys: fetched from the IdP, its certificate verified with "
+            "`clusterTrustBundle` or `configMap` (or not at all: `insecureSkipVerify`, throwaway clusters only), "
+            "or `localJwks`: read from the ConfigMap `jwksConfigMap`, never fetched."
         ),
     )
     cluster_trust_bundle: str = Field(
@@ -27,10 +41,22 @@ class IdpTrust(ConfigModel):
         description="The ClusterTrustBundle holding Substrate's service-DNS CA (mode `clusterTrustBundle`).",
     )
     # A ConfigMap in the gateway namespace holding the IdP's CA under key ca.crt.
-    config_map: str = Field(
+    config_map: ConfigMapName = Field(
         default="substrate-idp-ca",
         description="A ConfigMap in the gateway namespace with the IdP's CA under `ca.crt` (mode `configMap`).",
     )
+    jwks_config_map: ConfigMapName = Field(
+        default="substrate-actor-jwks",
+        description=(
+            "A ConfigMap in the gateway namespace holding the actor JWKS under `jwks` (mode `localJwks`; "
+            "`make up` fills it on the dev stack)."
+        ),
+    )
+
+    @property
+    def fetches_remote_jwks(self) -> bool:
+        """Whether Envoy Gateway fetches the keys from the IdP (a Backend and its TLS trust are needed)."""
+        return self.mode in REMOTE_TRUST_MODES
 
 
 def _extra_hostname(value: str) -> str:
@@ -81,7 +107,7 @@ class SubstrateSettings(ConfigModel):
     issuer: str = Field(default="https://idp.ate-system.svc", description="JWT issuer (exact match), an https URL.")
     jwks_uri: str = Field(
         default="https://idp.ate-system.svc/openid/v1/jwks",
-        description="Where Envoy Gateway fetches the actor keys, an https URL.",
+        description="Where Envoy Gateway fetches the actor keys, an https URL (every mode but `localJwks`).",
     )
     idp_hostname: str = Field(default="idp.ate-system.svc", description="Host of the Backend `substrate-idp`.")
     idp_port: int = Field(default=443, ge=1, le=65535, description="Port of the Backend `substrate-idp`.")
@@ -91,7 +117,9 @@ class SubstrateSettings(ConfigModel):
         max_length=512,
         description="JWT audience: the SecurityPolicy requires it, every egress policy mints it.",
     )
-    trust: IdpTrust = Field(default_factory=IdpTrust, description="TLS trust for the IdP's certificate.")
+    trust: IdpTrust = Field(
+        default_factory=IdpTrust, description="Where Envoy Gateway gets the actor keys, and how it trusts the IdP."
+    )
     egress: EgressConfig = Field(default_factory=EgressConfig, description="The per-actor egress policies.")
 
     @field_validator("issuer", "jwks_uri")

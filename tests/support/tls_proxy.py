@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
@@ -38,10 +38,16 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def issue_server_certificate(hostname: str = "localhost", ca_name: str = "agent-budgets test CA") -> ServerCertificate:
-    """A new CA (valid for a day) and a certificate for `hostname` that it signed."""
+def issue_server_certificate(
+    hostname: str = "localhost", ca_name: str = "agent-budgets test CA", ed25519_ca: bool = False
+) -> ServerCertificate:
+    """A new CA (valid for a day) and a P-256 certificate for `hostname` that it signed. `ed25519_ca`: the CA's
+    key is Ed25519, as Substrate's service-DNS CA is (ate-setup createCAPool), so the chain is signed Ed25519."""
     now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey = (
+        ed25519.Ed25519PrivateKey.generate() if ed25519_ca else ec.generate_private_key(ec.SECP256R1())
+    )
+    algorithm = None if ed25519_ca else hashes.SHA256()  # Ed25519 signs without a separate digest
     ca_cert = (
         x509.CertificateBuilder()
         .subject_name(_name(ca_name))
@@ -66,7 +72,7 @@ def issue_server_certificate(hostname: str = "localhost", ca_name: str = "agent-
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .sign(ca_key, algorithm)
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
@@ -84,7 +90,7 @@ def issue_server_certificate(hostname: str = "localhost", ca_name: str = "agent-
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
-        .sign(ca_key, hashes.SHA256())
+        .sign(ca_key, algorithm)
     )
     return ServerCertificate(
         ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM).decode(),
