@@ -1,7 +1,8 @@
-"""Monitoring: the PrometheusRule with two alerts per budget and the PodMonitors that feed them, when
-`monitoring.prometheusRules` is on.
+"""Monitoring: the PrometheusRule with two alerts per budget and the USD recording rules, and the PodMonitors that
+feed them, when `monitoring.prometheusRules` is on.
 
-The rule is built by `core.monitoring`, the PodMonitors by `core.monitors` (both pure); their CRDs belong to
+The rule is built by `core.monitoring` (its recording rules by `core.recording_rules`), the PodMonitors by
+`core.monitors` (all pure); their CRDs belong to
 the Prometheus Operator, which the cluster must already run (this program does not install it), so the
 resources wait only for the gateway namespace they live in. The per-actor metric attribute is a Helm value of
 Agent Router (`core.platform_values.agent_router_values`), not a resource here.
@@ -22,7 +23,7 @@ from core.settings import StackSettings
 
 
 class Monitoring(pulumi.ComponentResource):
-    """The budget alerts as a PrometheusRule, and PodMonitors for the series they read (monitoring.coreos.com/v1)."""
+    """The budget alerts and USD recording rules as a PrometheusRule, and PodMonitors for the series they read."""
 
     prometheus_rule: CustomResource
     pod_monitors: list[CustomResource]
@@ -40,11 +41,12 @@ class Monitoring(pulumi.ComponentResource):
         self.prometheus_rule = custom_resource(manifest, self, namespace)
         monitors = pod_monitor_manifests(settings)
         self.pod_monitors = [custom_resource(monitor, self, namespace) for monitor in monitors]
-        alerts = [rule["alert"] for group in manifest.spec["groups"] for rule in group["rules"] if "alert" in rule]
+        every_rule = [rule for group in manifest.spec["groups"] for rule in group["rules"]]
         self.register_outputs(
             {
                 "prometheusRule": f"{manifest.namespace}/{manifest.name}",
-                "alerts": len(alerts),
+                "alerts": sum(1 for rule in every_rule if "alert" in rule),
+                "recordingRules": sum(1 for rule in every_rule if "record" in rule),
                 "podMonitors": [f"{monitor.namespace}/{monitor.name}" for monitor in monitors],
             }
         )

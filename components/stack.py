@@ -9,6 +9,7 @@ import pulumi_kubernetes as k8s
 
 from components.actor_egress import ActorEgressPolicies
 from components.budgets import Budgets
+from components.dashboard import Dashboard
 from components.gateway import ModelGateway
 from components.idp_trust import SubstrateIdpTrust
 from components.mock_model import MockModel
@@ -102,6 +103,8 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
     )
     if settings.monitoring.prometheus_rules:
         Monitoring("monitoring", settings, rules, namespace=namespace, opts=with_cluster)
+    if settings.monitoring.dashboard:
+        Dashboard("dashboard", settings, rules, namespace=namespace, opts=with_cluster)
     if settings.substrate.egress.enabled:
         ActorEgressPolicies("actor-egress", egress_settings(settings))
 

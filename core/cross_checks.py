@@ -475,6 +475,25 @@ def check_platform_versions(view: ConfigView) -> Iterator[Problem]:
         )
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Monitoring
+
+
+def dashboard_warnings(view: ConfigView) -> list[Problem]:
+    """A dashboard without the PrometheusRule: accepted (a Prometheus the operator does not manage loads the
+    same rules from a file), but its token and USD panels stay empty unless someone loads them."""
+    if view.get("monitoring", "dashboard") is not True or view.get("monitoring", "prometheusRules") is not False:
+        return []
+    return [
+        Problem(
+            "monitoring.dashboard",
+            "is true while monitoring.prometheusRules is false: the dashboard's token and USD panels read "
+            "recording rules the program puts in the PrometheusRule. Set monitoring.prometheusRules: true (Prometheus "
+            "Operator), or load `python -m tools.prometheus_files --stack <stack> rules` into your Prometheus",
+        )
+    ]
+
+
 CROSS_CHECKS: tuple[Check, ...] = (
     check_actors_listed_once,
     check_class_names_unique,

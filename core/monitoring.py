@@ -28,7 +28,6 @@ Where the figures come from (upstream files at the versions the program deploys)
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 from typing import Any
 
@@ -37,6 +36,7 @@ from core.manifests import BUDGET_POLICY_NAME, Manifest
 from core.monitors import metrics_absent_alert_group
 from core.ratelimit_deployment import METRICS_PORT
 from core.ratelimit_model import shared_domain, shared_rule_key
+from core.recording_rules import recording_group
 from core.settings import MonitoringSettings, StackSettings
 from core.spend import format_amount
 
@@ -67,11 +67,6 @@ def metrics_header_attributes(monitoring: MonitoringSettings) -> str | None:
     return f"{ACTOR_HEADER}:{monitoring.actor_attribute}"
 
 
-def prometheus_label(attribute: str) -> str:
-    """The Prometheus label an OpenTelemetry attribute becomes: every character outside [a-zA-Z0-9_] → `_`."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
-
-
 def near_limit_ratio(monitoring: MonitoringSettings) -> str:
     """`NEAR_LIMIT_RATIO` for envoy-ratelimit (a float32 in `src/settings/settings.go`): 80 → `0.8`."""
     ratio = Decimal(str(monitoring.near_limit_percent)) / 100
@@ -83,11 +78,16 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def rule_key1(policy_namespace: str, rule_index: int) -> str:
+    """The `key1` label of one budget rule's rate-limit counters (Envoy Gateway's statsd mapping)."""
+    generic = shared_rule_key(policy_namespace, BUDGET_POLICY_NAME, rule_index)
+    return f"{generic}_{generic}"
+
+
 def rule_selector(policy_namespace: str, rule_index: int) -> str:
     """The label matchers of one budget rule's rate-limit counters."""
     domain = shared_domain(policy_namespace, BUDGET_POLICY_NAME)
-    generic = shared_rule_key(policy_namespace, BUDGET_POLICY_NAME, rule_index)
-    return f"{{domain={_quote(domain)},key1={_quote(generic + '_' + generic)}}}"
+    return f"{{domain={_quote(domain)},key1={_quote(rule_key1(policy_namespace, rule_index))}}}"
 
 
 def event_expression(metric: str, selector: str) -> str:
@@ -159,11 +159,12 @@ def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> li
 
 
 def prometheus_rule_manifest(settings: StackSettings, rules: BudgetRules, stack: str) -> Manifest:
-    """The PrometheusRule (monitoring.coreos.com/v1) holding every budget's alerts, and the alert on their
-    series going missing (core.monitors), in the gateway namespace."""
+    """The PrometheusRule (monitoring.coreos.com/v1) holding every budget's alerts, the alert on their series
+    going missing (core.monitors) and the USD recording rules (core.recording_rules), in the gateway namespace."""
     groups = [
         {"name": ALERT_GROUP, "rules": budget_alerts(settings, rules, stack)},
         metrics_absent_alert_group(),
+        recording_group(settings),
     ]
     return Manifest(
         PROMETHEUS_RULE_API,

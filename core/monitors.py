@@ -59,10 +59,21 @@ METRICS_ABSENT_ALERT = "AgentBudgetRateLimitMetricsAbsent"
 # ratelimit/statsd_conf.yaml). Unlike the per-rule counters it needs no traffic, so its absence means the
 # service's series are not reaching Prometheus at all.
 CONFIG_LOADED_METRIC = "ratelimit_service_config_load_success"
+HISTOGRAM_BUCKETS = "gen_ai_.*_bucket"
+"""The bucket series of Agent Router's GenAI histograms (`monitoring.histogramBuckets: false` drops them)."""
 METRICS_ABSENT_FOR = "10m"
 
 
-def _pod_monitor(settings: StackSettings, name: str, pod_labels: dict[str, str], port: str) -> Manifest:
+def _pod_monitor(
+    settings: StackSettings,
+    name: str,
+    pod_labels: dict[str, str],
+    port: str,
+    metric_relabelings: list[dict[str, Any]] | None = None,
+) -> Manifest:
+    endpoint: dict[str, Any] = {"port": port, "path": METRICS_PATH}
+    if metric_relabelings:
+        endpoint["metricRelabelings"] = metric_relabelings
     return Manifest(
         POD_MONITOR_API,
         "PodMonitor",
@@ -71,7 +82,7 @@ def _pod_monitor(settings: StackSettings, name: str, pod_labels: dict[str, str],
         {
             "selector": {"matchLabels": dict(pod_labels)},
             "namespaceSelector": {"matchNames": [ENVOY_GATEWAY_NAMESPACE]},
-            "podMetricsEndpoints": [{"port": port, "path": METRICS_PATH}],
+            "podMetricsEndpoints": [endpoint],
         },
         labels=dict(settings.monitoring.rule_labels),
     )
@@ -89,7 +100,16 @@ def agent_router_pod_monitor(settings: StackSettings) -> Manifest:
         OWNING_GATEWAY_NAME_LABEL: GATEWAY_NAME,
         OWNING_GATEWAY_NAMESPACE_LABEL: settings.gateway.namespace,
     }
-    return _pod_monitor(settings, AGENT_ROUTER_MONITOR_NAME, labels, AGENT_ROUTER_METRICS_PORT_NAME)
+    # Without the buckets a histogram keeps `_sum` and `_count`, all that the spend queries, the recording rules
+    # and the dashboard read (docs/spend.md, "What per-actor metrics cost").
+    drop_buckets = [{"sourceLabels": ["__name__"], "regex": HISTOGRAM_BUCKETS, "action": "drop"}]
+    return _pod_monitor(
+        settings,
+        AGENT_ROUTER_MONITOR_NAME,
+        labels,
+        AGENT_ROUTER_METRICS_PORT_NAME,
+        None if settings.monitoring.histogram_buckets else drop_buckets,
+    )
 
 
 def all_pod_monitors(settings: StackSettings) -> list[Manifest]:
@@ -139,7 +159,7 @@ def scrape_config(monitor: Manifest) -> dict[str, Any]:
         {"target_label": "job", "replacement": f"{monitor.namespace}/{monitor.name}"},
         {"target_label": "endpoint", "replacement": endpoint["port"]},
     ]
-    return {
+    job: dict[str, Any] = {
         "job_name": f"podMonitor/{monitor.namespace}/{monitor.name}/0",
         "metrics_path": endpoint["path"],
         "kubernetes_sd_configs": [
@@ -147,6 +167,13 @@ def scrape_config(monitor: Manifest) -> dict[str, Any]:
         ],
         "relabel_configs": relabel,
     }
+    if endpoint.get("metricRelabelings"):
+        # `metricRelabelings` become `metric_relabel_configs`, field names in snake case (`generateRelabelConfig`).
+        job["metric_relabel_configs"] = [
+            {"source_labels": rule["sourceLabels"], "regex": rule["regex"], "action": rule["action"]}
+            for rule in endpoint["metricRelabelings"]
+        ]
+    return job
 
 
 def scrape_configs(settings: StackSettings) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
-from core.cross_checks import ConfigView, cross_key_problems, no_actors_finding, price_warnings
+from core.cross_checks import ConfigView, cross_key_problems, dashboard_warnings, no_actors_finding, price_warnings
 from core.egress import EgressPolicySettings, settings_problems
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
 from core.money import MoneyError, route_cost_entry
@@ -165,6 +165,7 @@ def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
     findings.warnings.extend(warnings)
     findings.problems.extend(cross_key_problems(view))
     findings.warnings.extend(price_warnings(view))
+    findings.warnings.extend(dashboard_warnings(view))
     return findings, view
 
 

@@ -10,7 +10,9 @@ The pages and what writes them:
   (`run_program` of tests/support/program.py, the harness of the unit tests) for Pulumi.dev.yaml,
   Pulumi.prod.yaml and Pulumi.dev.yaml with `platform.install: false`;
 * docs/message-size.md: the exclusion-slot table, the examples and the cost of a suspension
-  (scripts/measure_exclusion_slots.py).
+  (scripts/measure_exclusion_slots.py);
+* docs/dashboard.md: what each dashboard panel answers, for Pulumi.prod.yaml with the dashboard on
+  (core/dashboard.py).
 
 tests/test_generated_docs.py runs the same generators on every `make test` and fails while a page is stale.
 """
@@ -91,10 +93,23 @@ def configuration_blocks() -> dict[str, str]:
     return {"config-reference": render_reference()}
 
 
+def dashboard_blocks() -> dict[str, str]:
+    """The GENERATED block of docs/dashboard.md: the panels of the prod stack with every panel's data."""
+    from core.dashboard import panel_table
+    from core.validation import validate_stack
+    from tools.spend.stack import load_stack
+
+    raw = dict(load_stack(ROOT, "prod").raw)
+    raw["monitoring"] = {**raw.get("monitoring", {}), "prometheusRules": True, "dashboard": True}
+    validated = validate_stack(raw, lambda key: (True, True))
+    return {"panels": panel_table(validated.settings, validated.rules)}
+
+
 DOCS: dict[str, Callable[[], dict[str, str]]] = {
     "docs/configuration.md": configuration_blocks,
     "docs/outputs.md": output_blocks,
     "docs/message-size.md": measure_exclusion_slots.blocks,
+    "docs/dashboard.md": dashboard_blocks,
 }
 
 

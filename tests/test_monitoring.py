@@ -19,7 +19,7 @@ import pytest
 from core import monitoring
 from core.budget_rules import compile_budget_rules
 from core.ratelimit_model import rules_for_actor
-from core.settings import ConfigError
+from core.settings import ConfigError, prometheus_label
 from core.validation import validate_stack
 from tests.support.crds import REPO_ROOT, CrdCatalog, crd_root
 from tests.support.program import run_program, stack_config
@@ -63,6 +63,8 @@ def test_two_alerts_per_budget_with_labels_a_prometheus_selects(monitored_run):
     assert rule["metadata"]["namespace"] == "agent-budgets"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     group = rule["spec"]["groups"][0]  # the budget alerts (core.monitors adds the metrics group)
+    names = [g["name"] for g in rule["spec"]["groups"]]
+    assert names == ["agent-budgets", "agent-budgets-metrics", "agent-budgets-usd"]  # USD: test_recording_rules.py
     assert [(r["alert"], r["labels"]["budget"], r["labels"]["rule"]) for r in group["rules"]] == [
         ("AgentBudgetNearLimit", "default", "0"),
         ("AgentBudgetExhausted", "default", "0"),
@@ -113,8 +115,8 @@ def test_the_near_limit_share_is_the_same_in_the_alert_and_the_rate_limit_servic
 
 
 def test_metric_attribute_names_become_prometheus_labels():
-    assert monitoring.prometheus_label("actor.id") == "actor_id"
-    assert monitoring.prometheus_label("gen_ai.agent.id") == "gen_ai_agent_id"
+    assert prometheus_label("actor.id") == "actor_id"
+    assert prometheus_label("gen_ai.agent.id") == "gen_ai_agent_id"
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ core/ratelimit_deployment.py, the Gateway's own name and namespace); the absence
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import promql_parser
@@ -113,7 +114,7 @@ def test_the_agent_router_monitor_selects_our_gateways_envoy_pods():
 
 def test_the_absence_alert_reads_a_series_that_needs_no_traffic(run):
     groups = run.one("PrometheusRule", "agent-budgets").as_object()["spec"]["groups"]
-    assert [group["name"] for group in groups] == [ALERT_GROUP, "agent-budgets-metrics"]
+    assert [group["name"] for group in groups] == [ALERT_GROUP, "agent-budgets-metrics", "agent-budgets-usd"]
     [alert] = groups[1]["rules"]
     assert alert["alert"] == "AgentBudgetRateLimitMetricsAbsent"
     assert alert["for"] == "10m" and alert["labels"] == {"severity": "warning"}
@@ -136,3 +137,26 @@ def test_no_monitor_without_the_alerts():
     run = run_program(stack_config("dev"))
     assert run.of_kind("PodMonitor") == [] and run.of_kind("PrometheusRule") == []
     assert monitors.pod_monitor_manifests(parse_settings({**stack_config("dev"), "monitoring": {}})) == []
+
+
+def test_the_histogram_buckets_can_be_dropped_at_scrape_time(catalog):
+    """`monitoring.histogramBuckets: false`: the agent-router monitor drops every `gen_ai_*_bucket` series (the
+    rate-limit monitor is untouched), valid for the operator's CRD and the same in the plain scrape job."""
+    run = run_program(monitored(histogramBuckets=False))
+    found = pod_monitors(run)
+    [endpoint] = found["agent-router"]["spec"]["podMetricsEndpoints"]
+    assert endpoint["metricRelabelings"] == [
+        {"sourceLabels": ["__name__"], "regex": "gen_ai_.*_bucket", "action": "drop"}
+    ]
+    assert "metricRelabelings" not in found["envoy-ratelimit"]["spec"]["podMetricsEndpoints"][0]
+    assert catalog.validate(found["agent-router"]).errors == []
+    dropped = re.compile(monitors.HISTOGRAM_BUCKETS)
+    assert dropped.fullmatch("gen_ai_client_token_usage_bucket")
+    assert not dropped.fullmatch("gen_ai_client_token_usage_sum")
+    settings = parse_settings(monitored(histogramBuckets=False))
+    job = monitors.scrape_config(monitors.agent_router_pod_monitor(settings))
+    assert job["metric_relabel_configs"] == [
+        {"source_labels": ["__name__"], "regex": "gen_ai_.*_bucket", "action": "drop"}
+    ]
+    kept = pod_monitors(run_program(monitored()))
+    assert "metricRelabelings" not in kept["agent-router"]["spec"]["podMetricsEndpoints"][0]

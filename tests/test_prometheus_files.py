@@ -103,7 +103,7 @@ def test_the_rule_file_is_the_prometheus_rules_groups():
     groups = yaml.safe_load(out)["groups"]
     validated = validate_stack(load_stack(ROOT, "prod").raw, lambda key: (True, True))
     assert groups == prometheus_rule_manifest(validated.settings, validated.rules, "prod").spec["groups"]
-    assert [group["name"] for group in groups] == ["agent-budgets", "agent-budgets-metrics"]
+    assert [group["name"] for group in groups] == ["agent-budgets", "agent-budgets-metrics", "agent-budgets-usd"]
     validator = jsonschema.Draft202012Validator(GROUP_SCHEMA)
     for group in groups:
         assert [error.message for error in validator.iter_errors(group)] == []

@@ -45,6 +45,7 @@ from core.settings.budgets import (
 )
 from core.settings.monitoring import (
     MonitoringSettings,
+    prometheus_label,
 )
 from core.settings.platform import (
     EXTENSION_MESSAGE_LIMIT_DEFAULT,
@@ -159,6 +160,7 @@ __all__ = [
     "is_dns_label",
     "message_size_bytes",
     "number_text_hint",
+    "prometheus_label",
     "redis_url_parts",
     "redis_url_problem",
     "secret_set_command",

@@ -1,0 +1,321 @@
+"""The Grafana dashboard of the budgets, built as code with grafana-foundation-sdk, for Grafana's dashboard sidecar.
+
+What it shows and where each figure comes from:
+
+* spend per actor, in tokens and in dollars, over time and over the dashboard's range, from Agent Router's
+  per-actor token counters (`monitoring.actorMetrics`) and the recording rules of core.recording_rules, which
+  price them with `agent-budgets:prices` as the routes' cost expressions do;
+* the split per model: dollars by the model billed (`gen_ai_request_model`, the cost expression's `model`),
+  tokens by the model the agent asked for (`gen_ai_original_model`) and by Agent Router backend
+  (`gen_ai_backend`, Agent Router v1.2 and later);
+* budgets with an actor near or over a limit, from the rate-limit service's `near_limit` / `over_limit` counters
+  the alerts read (core.monitoring), one row per budget limit: those counters name the rule, never the actor;
+* refused calls: 429 from Envoy's rate-limit filter (`cluster.<cluster>.ratelimit.over_limit`, Prometheus
+  `envoy_cluster_ratelimit_over_limit`) and 403 from its RBAC filter, which refuses suspended actors
+  (`http.<prefix>.rbac.denied`, Prometheus `envoy_http_rbac_denied`). Names from Envoy's stats
+  (`source/extensions/filters/http/ratelimit/ratelimit.cc`, `source/extensions/filters/common/rbac/utility.cc`)
+  and its default tag extractors (`source/common/config/well_known_names.cc`: `cluster.<name>.` becomes the
+  label `envoy_cluster_name`, `http.<prefix>.` the label `envoy_http_conn_manager_prefix`); Envoy Gateway serves
+  them on each proxy's port 19001 at `/stats/prometheus`.
+
+A panel whose data the stack cannot have is left out: the per-actor panels without actor metrics, the dollar
+panels without any price. The dashboard picks its Prometheus with a `datasource` variable, as the dashboards of
+kube-prometheus-stack do. The ConfigMap carries `monitoring.dashboardLabels` (default `grafana_dashboard: "1"`,
+the label kube-prometheus-stack's Grafana sidecar looks for: `grafana.sidecar.dashboards.label` and
+`labelValue`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, dashboard, piechart, prometheus, table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, ValueMap, ValueMappingResult
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from core.budget_rules import BudgetRules
+from core.manifests import BUDGET_POLICY_NAME
+from core.monitoring import NEAR_LIMIT_METRIC, OVER_LIMIT_METRIC, rule_key1
+from core.ratelimit_model import shared_domain
+from core.recording_rules import (
+    BILLED_MODEL_LABEL,
+    REQUESTED_MODEL_LABEL,
+    TOKEN_METRIC,
+    TOKENS_RECORD,
+    USD_RECORD,
+    billed_prices,
+    priced_counters,
+    usd_expression,
+)
+from core.settings import StackSettings
+from core.spend import format_amount
+
+DASHBOARD_UID = "agent-budgets"
+DASHBOARD_TITLE = "Agent budgets"
+CONFIG_MAP_NAME = "agent-budgets-dashboard"
+DASHBOARD_FILE = "agent-budgets.json"
+TOP = 20
+"""Actors shown in the per-actor panels: the top spenders of each moment, so 10,000 actors stay readable."""
+BACKEND_LABEL = "gen_ai_backend"
+RATELIMIT_429_METRIC = "envoy_cluster_ratelimit_over_limit"
+RBAC_403_METRIC = "envoy_http_rbac_denied"
+# Grafana's own variables: the dashboard's time range, and a rate window that fits the scrape interval.
+RANGE = "$__range"
+RATE_INTERVAL = "$__rate_interval"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+_TOTAL_TYPES = '{gen_ai_token_type=~"input|output"}'
+"""Input (cache reads and writes included) plus output (reasoning included): what a tokens budget is charged."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL query of a panel, and how its series are named."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """A panel: what it answers (the docs say it), how it draws, its unit and its queries."""
+
+    title: str
+    answers: str
+    kind: str  # timeseries | table | piechart | bargauge
+    unit: str
+    queries: tuple[Query, ...]
+    mappings: tuple[tuple[str, str], ...] = ()
+    """Value → text for a table's label column (the rule keys of the rate-limit stats → the budget limit)."""
+
+
+def _limit_names(settings: StackSettings, rules: BudgetRules) -> tuple[tuple[str, str], ...]:
+    """Each limit rule's `key1` (as the rate-limit stats label it) → `budget research: $5.00 per Day`."""
+    names = []
+    for rule in rules.limit_rules:
+        assert rule.limit is not None
+        amount = format_amount(rule.limit.amount, rule.limit.unit)
+        limit = f"{amount} tokens" if rule.limit.unit == "tokens" else amount
+        names.append(
+            (
+                rule_key1(settings.gateway.namespace, rule.index),
+                f"budget {rule.budget}: {limit} per {rule.limit.per} (rule {rule.index})",
+            )
+        )
+    return tuple(names)
+
+
+def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
+    """Every panel the stack has data for, in the order they are laid out."""
+    actor = settings.monitoring.actor_label
+    priced = bool(billed_prices(settings))
+    domain = json.dumps(shared_domain(settings.gateway.namespace, BUDGET_POLICY_NAME))
+    range_usd = f"increase({priced_counters()}[{RANGE}])"
+    specs: list[PanelSpec] = []
+    if actor and priced:
+        specs.append(
+            PanelSpec(
+                "Spend per actor (USD per hour)",
+                f"Who is spending how fast, in dollars: the {TOP} actors spending most at each moment.",
+                "timeseries",
+                "currencyUSD",
+                (Query(f"topk({TOP}, sum by ({actor}) ({USD_RECORD})) * 3600", f"{{{{{actor}}}}}"),),
+            )
+        )
+    if actor:
+        specs.append(
+            PanelSpec(
+                "Tokens per actor (per hour)",
+                f"Who is using how many tokens (input, cache included, plus output): the {TOP} largest at each moment.",
+                "timeseries",
+                "short",
+                (
+                    Query(
+                        f"topk({TOP}, sum by ({actor}) ({TOKENS_RECORD}{_TOTAL_TYPES})) * 3600",
+                        f"{{{{{actor}}}}}",
+                    ),
+                ),
+            )
+        )
+    if actor and priced:
+        specs.append(
+            PanelSpec(
+                "Top spenders in the time range (USD)",
+                f"Which {TOP} actors spent the most in the dashboard's time range, priced as the budgets price calls.",
+                "bargauge",
+                "currencyUSD",
+                (Query(f"topk({TOP}, {usd_expression(range_usd, actor)})", f"{{{{{actor}}}}}", True),),
+            )
+        )
+    if actor:
+        specs.append(
+            PanelSpec(
+                "Top token users in the time range",
+                f"Which {TOP} actors used the most tokens in the dashboard's time range.",
+                "bargauge",
+                "short",
+                (
+                    Query(
+                        f"topk({TOP}, sum by ({actor}) (increase({TOKEN_METRIC}{_TOTAL_TYPES}[{RANGE}])))",
+                        f"{{{{{actor}}}}}",
+                        True,
+                    ),
+                ),
+            )
+        )
+    if priced:
+        specs.append(
+            PanelSpec(
+                "Spend per billed model in the time range (USD)",
+                "Which models the money goes to, by the model the provider bills (a route's modelNameOverride, "
+                "else the name the agent sent).",
+                "piechart",
+                "currencyUSD",
+                (Query(usd_expression(range_usd, BILLED_MODEL_LABEL), f"{{{{{BILLED_MODEL_LABEL}}}}}", True),),
+            )
+        )
+    specs.append(
+        PanelSpec(
+            "Tokens per requested model in the time range",
+            "Which models the agents ask for, by the name in their requests (before any override).",
+            "piechart",
+            "short",
+            (
+                Query(
+                    f"sum by ({REQUESTED_MODEL_LABEL}) (increase({TOKEN_METRIC}{_TOTAL_TYPES}[{RANGE}]))",
+                    f"{{{{{REQUESTED_MODEL_LABEL}}}}}",
+                    True,
+                ),
+            ),
+        )
+    )
+    specs.append(
+        PanelSpec(
+            "Tokens per model and backend (per hour)",
+            "How the traffic splits over requested model, billed model and Agent Router backend over time "
+            "(the backend label exists from Agent Router v1.2 on).",
+            "timeseries",
+            "short",
+            (
+                Query(
+                    f"sum by ({REQUESTED_MODEL_LABEL}, {BILLED_MODEL_LABEL}, {BACKEND_LABEL}) "
+                    f"(rate({TOKEN_METRIC}{_TOTAL_TYPES}[{RATE_INTERVAL}])) * 3600",
+                    f"{{{{{REQUESTED_MODEL_LABEL}}}}} → {{{{{BILLED_MODEL_LABEL}}}}} ({{{{{BACKEND_LABEL}}}}})",
+                ),
+            ),
+        )
+    )
+    names = _limit_names(settings, rules)
+    percent = f"{settings.monitoring.near_limit_percent:g}%"
+    for metric, title, answers in (
+        (
+            NEAR_LIMIT_METRIC,
+            f"Budget limits with an actor past {percent}",
+            f"Which budget limits had an actor charged past {percent} of the limit in the time range, and how much "
+            "(in the limit's unit: tokens, or mills for a usd limit). The rate-limit service does not name the "
+            "actor: `make spend` does.",
+        ),
+        (
+            OVER_LIMIT_METRIC,
+            "Budget limits with an actor over the limit (429)",
+            "Which budget limits had a response take an actor over the limit in the time range (its calls are then "
+            "refused with 429 until its window resets), and how much was charged beyond it.",
+        ),
+    ):
+        specs.append(
+            PanelSpec(
+                title,
+                answers,
+                "table",
+                "short",
+                (Query(f"sum by (key1) (increase({metric}{{domain={domain}}}[{RANGE}])) > 0", "", True),),
+                mappings=names,
+            )
+        )
+    specs.append(
+        PanelSpec(
+            "Refused calls (per second)",
+            "How many calls the gateway refuses: 429 when an actor is over a budget limit, 403 when it is "
+            "suspended. From Envoy's own stats, which need the gateway pods' port 19001 scraped.",
+            "timeseries",
+            "reqps",
+            (
+                Query(f"sum(rate({RATELIMIT_429_METRIC}[{RATE_INTERVAL}]))", "429 over a budget"),
+                Query(f"sum(rate({RBAC_403_METRIC}[{RATE_INTERVAL}]))", "403 suspended"),
+            ),
+        )
+    )
+    return specs
+
+
+def _target(query: Query, ref: str, as_table: bool) -> prometheus.Dataquery:
+    """A query; an instant one feeds a table as rows (one column per label), a bar gauge or pie by its legend."""
+    target = prometheus.Dataquery().expr(query.expr).ref_id(ref).legend_format(query.legend or "__auto")
+    if not query.instant:
+        return target.range()
+    return target.instant().format(PromQueryFormat.TABLE if as_table else PromQueryFormat.TIME_SERIES)
+
+
+def _panel(spec: PanelSpec, panel_id: int) -> cogbuilder.Builder[Any]:
+    builders = {
+        "timeseries": timeseries.Panel,
+        "table": table.Panel,
+        "piechart": piechart.Panel,
+        "bargauge": bargauge.Panel,
+    }
+    panel = builders[spec.kind]().id(panel_id).title(spec.title).description(spec.answers).datasource(DATASOURCE)
+    panel = panel.unit(spec.unit).height(9).span(12)
+    for index, query in enumerate(spec.queries):
+        panel = panel.with_target(_target(query, chr(ord("A") + index), as_table=spec.kind == "table"))
+    if spec.kind == "bargauge":
+        panel = panel.orientation(common.VizOrientation.HORIZONTAL).display_mode(common.BarGaugeDisplayMode.GRADIENT)
+    if spec.mappings:
+        panel = panel.mappings(
+            [
+                ValueMap(
+                    options={
+                        value: ValueMappingResult(text=text, index=i) for i, (value, text) in enumerate(spec.mappings)
+                    }
+                )
+            ]
+        )
+    return panel
+
+
+def dashboard_model(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
+    """The dashboard as Grafana's JSON model."""
+    board = (
+        dashboard.Dashboard(DASHBOARD_TITLE)
+        .uid(DASHBOARD_UID)
+        .tags(["agent-budgets"])
+        .description("Spend per actor and model, budgets near or over a limit, and refused calls (agent-budgets).")
+        .time("now-24h", "now")
+        .refresh("1m")
+        .readonly()
+        .with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+    )
+    for panel_id, spec in enumerate(panel_specs(settings, rules), start=1):
+        board = board.with_panel(_panel(spec, panel_id))
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
+
+
+def dashboard_namespace(settings: StackSettings) -> str:
+    """Where the ConfigMap goes: `monitoring.dashboardNamespace`, else the gateway namespace."""
+    return settings.monitoring.dashboard_namespace or settings.gateway.namespace
+
+
+def dashboard_config_map_data(settings: StackSettings, rules: BudgetRules) -> dict[str, str]:
+    """The ConfigMap's data: one JSON file, the form Grafana's dashboard sidecar loads."""
+    return {DASHBOARD_FILE: json.dumps(dashboard_model(settings, rules), indent=2, sort_keys=True)}
+
+
+def panel_table(settings: StackSettings, rules: BudgetRules) -> str:
+    """The docs' table of panels: what each one answers (`make docs`)."""
+    rows = ["| panel | what it answers |", "| --- | --- |"]
+    rows += [f"| {spec.title} | {spec.answers} |" for spec in panel_specs(settings, rules)]
+    return "\n".join(rows)
