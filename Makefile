@@ -4,7 +4,7 @@ VENV ?= venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: help venv test lint unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend
+.PHONY: help venv test lint unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend simulate
 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
@@ -15,8 +15,9 @@ help:
 	@echo "make spend      who spent what, who is near the limit, when it resets (STACK=dev, ARGS='--json ...')"
 	@echo "make bench-spend  seconds to read 10,000 actors' counters from a real local redis-server"
 	@echo "make bench-egress  egress-policy provider at 10,000 actors against a fake kubectl taking 0.3 s and 1 s a call"
+	@echo "make simulate   each budget limit's worst case next to the fullest counter of 2,000 randomized runs"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
-	@echo "make docs       regenerate the generated blocks of docs/ (configuration reference, stack outputs, message sizes)"
+	@echo "make docs       regenerate the generated blocks of docs/ (configuration reference, outputs, message sizes, simulation)"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -51,6 +52,10 @@ spend: $(STAMP)
 
 bench-spend: $(STAMP)
 	$(BIN)/python scripts/bench_spend.py
+
+# The table of docs/budgets.md ("The worst case, and how to bound it"): bounds vs a simulation of enforcement.
+simulate: $(STAMP)
+	$(BIN)/python scripts/simulate_enforcement.py
 
 # Half an hour on two cores: every figure of docs/egress-policies.md ("Scale"), at both latencies.
 bench-egress: $(STAMP)

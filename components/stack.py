@@ -20,6 +20,7 @@ from core.budget_rules import BudgetRules
 from core.kubeconfig import is_contents as kubeconfig_is_contents
 from core.settings import PROJECT, StackSettings
 from core.validation import egress_settings
+from core.worst_case import stack_worst_cases
 
 
 def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
@@ -111,8 +112,11 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
     outputs: dict[str, Any] = {
         "gatewayUrl": f"http://{gateway.hostname}:{settings.gateway.port}",
         "actors": len(settings.actors),
-        # One entry per limit: its budget, unit (tokens or usd), amount, window (per) and rule index.
+        # One entry per limit: its budget, unit (tokens, usd or calls), amount, window (per) and rule index.
         "budgetRules": rules.summary(),
+        # One entry per tokens or usd limit: the most an actor can have been charged by the end of a window
+        # (or what to set for there to be a most). Known at preview, so a change shows in its outputs diff.
+        "worstCase": [case.to_output() for case in stack_worst_cases(settings, rules)],
         "suspended": sorted(settings.suspended),
         "routes": {route.name: route.models for route in settings.routes},
         "redisMode": settings.redis.mode,

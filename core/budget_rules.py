@@ -18,12 +18,14 @@ and each response charges all of them. The layout is chosen so that counters sur
   slots; unused slots hold a pattern that matches nothing. The slot count never depends on the classes,
   so adding or moving a class member leaves every default counter key unchanged.
 * Every rule of a class has Distinct plus one regular expression that admits exactly its actors.
-* A `usd` limit's rule carries one more, always-true match (an inverted pattern that matches nothing), so
-  a tokens counter and a usd counter never share a Redis key: changing a limit between tokens and usd in
-  place starts that limit afresh instead of reading tokens as mills.
-* Every rule is `shared: true` (one bucket per actor across all model routes), costs nothing on the
-  request and charges the response: `llm_total_token` for a tokens limit, the call's price in mills
-  (`agent_budgets_usd_mills`, see core/money.py) for a usd limit, both reported by Agent Router.
+* A limit's kind is told apart in the counter key by a number of extra, always-true matches (an inverted
+  pattern that matches nothing): none for tokens, one for usd, two for calls (`KIND_MARKERS`; a new kind
+  takes the next number). Two kinds never share a Redis key, so changing a limit's kind in place starts
+  that limit afresh instead of reading tokens as mills or as calls.
+* Every rule is `shared: true` (one bucket per actor across all model routes). A tokens or usd limit
+  costs nothing on the request and charges the response: `llm_total_token`, or the call's price in mills
+  (`agent_budgets_usd_mills`, see core/money.py), both reported by Agent Router. A calls limit charges 1
+  on the request and nothing on the response, so it counts the calls checked, refused ones included.
 """
 
 from __future__ import annotations
@@ -42,7 +44,12 @@ SUBJECT_PREFIX = "actor/"
 COST_METADATA_NAMESPACE = "io.envoy.ai_gateway"
 COST_METADATA_KEY = "llm_total_token"
 METADATA_KEYS: dict[str, str] = {"tokens": COST_METADATA_KEY, "usd": USD_METADATA_KEY}
-"""The dynamic-metadata key a limit's rule charges, by the limit's unit."""
+"""The dynamic-metadata key a limit's rule charges at the end of a response, by the limit's unit (a calls
+limit charges the request instead)."""
+KIND_MARKERS: dict[str, int] = {"tokens": 0, "usd": 1, "calls": 2}
+"""Always-true matches appended to a limit's rule by its unit: the kind's part of the counter key."""
+CALL_COST = 1
+"""What a calls limit's rule charges on the request: one call."""
 
 # Envoy Gateway v1.9.0 caps (api/v1alpha1/ratelimit_types.go).
 MAX_RULES = 256
@@ -62,7 +69,9 @@ MATCHES_NOTHING = "^$."
 
 _RE2_LITERAL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-/ ")
 
-Unit = Literal["tokens", "usd"]
+Unit = Literal["tokens", "usd", "calls"]
+SPEND_UNITS: tuple[Unit, ...] = ("tokens", "usd")
+"""The units a response is charged in (a calls limit counts calls, not spend)."""
 
 
 def actor_subject(actor_id: str) -> str:
@@ -134,7 +143,7 @@ def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) ->
 
 @dataclass(frozen=True)
 class LimitSpec:
-    """One limit of a budget, as plain data: `amount` tokens (int) or dollars (Decimal) per `per` window."""
+    """One limit of a budget, as plain data: `amount` tokens or calls (int) or dollars (Decimal) per `per`."""
 
     unit: Unit
     amount: int | Decimal
@@ -142,15 +151,20 @@ class LimitSpec:
 
     @property
     def requests(self) -> int:
-        """The rule's limit in the counter's unit: tokens, or mills ($0.001) for usd."""
+        """The rule's limit in the counter's unit: tokens, calls, or mills ($0.001) for usd."""
         if self.unit == "usd":
             return usd_to_mills(Decimal(self.amount))
         return int(self.amount)
 
     @property
-    def metadata_key(self) -> str:
-        """The Agent Router metadata key this limit's rule charges."""
-        return METADATA_KEYS[self.unit]
+    def metadata_key(self) -> str | None:
+        """The Agent Router metadata key this limit's rule charges (None: a calls limit charges the request)."""
+        return METADATA_KEYS.get(self.unit)
+
+    @property
+    def counts_spend(self) -> bool:
+        """Whether responses are charged to this limit (tokens or usd), rather than calls counted."""
+        return self.unit in SPEND_UNITS
 
     def describe(self) -> dict[str, Any]:
         """Unit, amount and window, for stack outputs and reports."""
@@ -197,7 +211,7 @@ class CompiledRule:
 
     @property
     def unit(self) -> Unit | None:
-        """What the rule's counter counts: tokens, or usd in mills (None for a reserved slot)."""
+        """What the rule's counter counts: tokens, calls, or usd in mills (None for a reserved slot)."""
         return None if self.limit is None else self.limit.unit
 
     def counter_amount(self, value: int) -> int | Decimal:
@@ -213,18 +227,23 @@ class CompiledRule:
         spec: dict[str, Any] = {"clientSelectors": selectors}
         if self.limit is None:
             spec["limit"] = dict(RESERVED_LIMIT)
-            metadata_key = COST_METADATA_KEY
+            metadata_key: str | None = COST_METADATA_KEY
         else:
             spec["limit"] = {"requests": self.limit.requests, "unit": self.limit.per}
             metadata_key = self.limit.metadata_key
         spec["shared"] = True
-        spec["cost"] = {
-            "request": {"from": "Number", "number": 0},
-            "response": {
-                "from": "Metadata",
-                "metadata": {"namespace": COST_METADATA_NAMESPACE, "key": metadata_key},
-            },
-        }
+        if metadata_key is None:
+            # One call on the request, nothing on the response: Envoy Gateway adds no stream-done rate limit
+            # for a rule without a response cost (v1.9.0 internal/xds/translator/ratelimit.go).
+            spec["cost"] = {"request": {"from": "Number", "number": CALL_COST}}
+        else:
+            spec["cost"] = {
+                "request": {"from": "Number", "number": 0},
+                "response": {
+                    "from": "Metadata",
+                    "metadata": {"namespace": COST_METADATA_NAMESPACE, "key": metadata_key},
+                },
+            }
         if self.limit is None:
             spec["shadowMode"] = True  # belt and braces: even a match could never refuse anyone
         return spec
@@ -291,7 +310,7 @@ def _always() -> dict[str, Any]:
 
 
 def _with_unit(headers: tuple[dict[str, Any], ...], limit: LimitSpec) -> tuple[dict[str, Any], ...]:
-    return (*headers, _always()) if limit.unit == "usd" else headers
+    return (*headers, *(_always() for _ in range(KIND_MARKERS[limit.unit])))
 
 
 def _key(spec: BudgetSpec, fallback: str) -> str:
@@ -357,13 +376,15 @@ def _layout_problems(
             )
     members = {actor for budget_class in classes for actor in budget_class.actors}
     needed = len(pack_actors(members))
-    usd_default = any(limit.unit == "usd" for limit in default.limits)
-    capacity = MAX_EXCLUSION_SLOTS - (1 if usd_default else 0)
-    if usd_default and exclusion_slots == MAX_EXCLUSION_SLOTS:
+    markers = max((KIND_MARKERS[limit.unit] for limit in default.limits), default=0)
+    capacity = MAX_EXCLUSION_SLOTS - markers
+    if markers and exclusion_slots > capacity:
+        kind = next(limit.unit for limit in default.limits if KIND_MARKERS[limit.unit] == markers)
+        extra = "one more match" if markers == 1 else f"{markers} more matches"
         problems.append(
             Problem(
                 "budgetPolicy.exclusionSlots",
-                f"is {exclusion_slots}, but a usd limit on the default budget needs one more match in its rule: lower "
+                f"is {exclusion_slots}, but a {kind} limit on the default budget needs {extra} in its rule: lower "
                 f"it to {capacity} (every default-budget bucket restarts once)",
             )
         )
@@ -455,6 +476,8 @@ def budget_specs(budgets: BudgetsConfig) -> tuple[BudgetSpec, list[BudgetSpec]]:
 def _limit_spec(limit: Any) -> LimitSpec:
     if limit.usd is not None:
         return LimitSpec("usd", limit.usd, limit.per)
+    if limit.calls is not None:
+        return LimitSpec("calls", limit.calls, limit.per)
     return LimitSpec("tokens", limit.tokens, limit.per)
 
 

@@ -53,7 +53,7 @@ from core.recording_rules import (
     usd_expression,
 )
 from core.settings import StackSettings
-from core.spend import format_amount
+from core.spend import limit_text
 
 DASHBOARD_UID = "agent-budgets"
 DASHBOARD_TITLE = "Agent budgets"
@@ -99,13 +99,9 @@ def _limit_names(settings: StackSettings, rules: BudgetRules) -> tuple[tuple[str
     names = []
     for rule in rules.limit_rules:
         assert rule.limit is not None
-        amount = format_amount(rule.limit.amount, rule.limit.unit)
-        limit = f"{amount} tokens" if rule.limit.unit == "tokens" else amount
+        limit = limit_text(rule.limit.amount, rule.limit.unit, rule.limit.per)
         names.append(
-            (
-                rule_key1(settings.gateway.namespace, rule.index),
-                f"budget {rule.budget}: {limit} per {rule.limit.per} (rule {rule.index})",
-            )
+            (rule_key1(settings.gateway.namespace, rule.index), f"budget {rule.budget}: {limit} (rule {rule.index})")
         )
     return tuple(names)
 
@@ -217,14 +213,15 @@ def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
             NEAR_LIMIT_METRIC,
             f"Budget limits with an actor past {percent}",
             f"Which budget limits had an actor charged past {percent} of the limit in the time range, and how much "
-            "(in the limit's unit: tokens, or mills for a usd limit). The rate-limit service does not name the "
+            "(in the limit's unit: tokens, calls, or mills for a usd limit). The rate-limit service does not name the "
             "actor: `make spend` does.",
         ),
         (
             OVER_LIMIT_METRIC,
             "Budget limits with an actor over the limit (429)",
-            "Which budget limits had a response take an actor over the limit in the time range (its calls are then "
-            "refused with 429 until its window resets), and how much was charged beyond it.",
+            "Which budget limits had a response (for a calls limit, a call) take an actor over the limit in the time "
+            "range (its calls are then refused with 429 until its window resets), and how much was charged beyond "
+            "it.",
         ),
     ):
         specs.append(

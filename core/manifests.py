@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, LIMIT_SLOTS_ANNOTATION, BudgetRules
+from core.ceilings import api_schema, ceiling_body_mutation
 from core.money import route_cost_entry
 from core.settings import (
     GATEWAY_CONTROLLER_NAME,
@@ -35,6 +36,8 @@ IDP_BACKEND_NAME = "substrate-idp"
 MOCK_MODEL_NAME = "mock-model"
 MOCK_MODEL_PORT = 8080
 MODEL_HEADER = "x-ai-eg-model"
+UPSTREAM_TIMEOUT_HEADER = "x-envoy-upstream-rq-timeout-ms"
+"""A request header Envoy's router reads as the request's upstream timeout, overriding the route's."""
 API_KEY_SECRET_FIELD = "apiKey"  # the data key Agent Router reads from a provider Secret
 
 
@@ -132,8 +135,9 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
                 # LLM request bodies outgrow Envoy's 32 KiB default.
                 "connection": {"bufferLimit": settings.gateway.request_buffer_limit},
                 # Defence in depth: drop any client-sent x-actor-id before any filter runs; only the
-                # JWT filter may set it, from the verified subject.
-                "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER]}},
+                # JWT filter may set it, from the verified subject. Drop a client-sent upstream timeout too:
+                # every bound on a budget's overshoot assumes a call ends within its route's timeout.
+                "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER, UPSTREAM_TIMEOUT_HEADER]}},
             },
         ),
     ]
@@ -234,10 +238,9 @@ def jwt_providers(settings: StackSettings) -> list[dict[str, Any]]:
 def jwt_policy_manifest(settings: StackSettings) -> Manifest:
     """Verify the caller's JWT and copy its subject into x-actor-id (replacing any client value)."""
     spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "jwt": {"providers": jwt_providers(settings)}}
-    # The kill switch: suspended actors' tokens are refused before any model is called (core.suspension).
-    authorization = suspension_authorization(settings.suspended, JWT_PROVIDER_NAME)
-    if authorization is not None:
-        spec["authorization"] = authorization
+    # The kill switch: suspended actors' tokens are refused before any model is called. Always present, so
+    # that suspending an actor changes route configuration only, never the listener (core.suspension).
+    spec["authorization"] = suspension_authorization(settings.suspended, JWT_PROVIDER_NAME)
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",
         "SecurityPolicy",
@@ -250,11 +253,14 @@ def jwt_policy_manifest(settings: StackSettings) -> Manifest:
 def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manifest:
     """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key.
 
-    With suspended actors it also gives their 403 a body that says so (core.suspension).
+    It also gives a suspended actor's 403 a body that says so, whether or not anyone is suspended now
+    (core.suspension).
     """
-    spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "rateLimit": {"global": {"rules": rules.specs()}}}
-    if settings.suspended:
-        spec["responseOverride"] = suspension_response_overrides()
+    spec: dict[str, Any] = {
+        "targetRefs": [_gateway_ref()],
+        "rateLimit": {"global": {"rules": rules.specs()}},
+        "responseOverride": suspension_response_overrides(),
+    }
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",
         "BackendTrafficPolicy",
@@ -299,7 +305,7 @@ def provider_manifests(settings: StackSettings, provider: Provider) -> list[Mani
     The provider's Backend comes from `provider_backend_manifest` (the mock model owns its own).
     """
     ns = settings.gateway.namespace
-    schema = "Anthropic" if provider.kind == "anthropic" else "OpenAI"
+    schema = api_schema(provider.kind)
     # AnthropicAPIKey sets x-api-key only: without removing authorization the actor JWT would reach
     # the provider. Removing it is safe everywhere: the provider key is set after the removal.
     service_backend = Manifest(
@@ -346,10 +352,17 @@ def provider_manifests(settings: StackSettings, provider: Provider) -> list[Mani
 
 
 def route_manifest(settings: StackSettings, route: Route) -> Manifest:
-    """An AIGatewayRoute sending the route's models to its provider and reporting total tokens."""
+    """An AIGatewayRoute sending the route's models to its provider and reporting total tokens.
+
+    With `maxOutputTokens`, the backendRef writes the ceiling into every request (core.ceilings); with
+    `requestTimeout`, the rule's timeout replaces Agent Router's default of 60 s.
+    """
     backend_ref: dict[str, Any] = {"name": route.provider}
     if route.model_name_override:
         backend_ref["modelNameOverride"] = route.model_name_override
+    if route.max_output_tokens is not None:
+        kind = next(provider.kind for provider in settings.providers if provider.name == route.provider)
+        backend_ref["bodyMutation"] = ceiling_body_mutation(kind, route.max_output_tokens)
     # The budget rules charge these metadata keys at the end of every response or stream: the total
     # tokens for tokens limits, and (when any limit is in dollars) the call's price in mills.
     costs: list[dict[str, Any]] = [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
@@ -370,6 +383,7 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
                         {"headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model}]} for model in route.models
                     ],
                     "backendRefs": [backend_ref],
+                    **({"timeouts": {"request": route.request_timeout}} if route.request_timeout else {}),
                 }
             ],
             "llmRequestCosts": costs,

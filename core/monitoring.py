@@ -38,7 +38,7 @@ from core.ratelimit_deployment import METRICS_PORT
 from core.ratelimit_model import shared_domain, shared_rule_key
 from core.recording_rules import recording_group
 from core.settings import MonitoringSettings, StackSettings
-from core.spend import format_amount
+from core.spend import limit_text
 
 PROMETHEUS_RULE_NAME = "agent-budgets"
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1"
@@ -118,10 +118,7 @@ def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> li
     for rule in rules.limit_rules:  # reserved slots match nobody: no alert
         assert rule.limit is not None
         budget = rule.budget
-        amount = format_amount(rule.limit.amount, rule.limit.unit)
-        limit = (
-            f"{amount} tokens per {rule.limit.per}" if rule.limit.unit == "tokens" else f"{amount} per {rule.limit.per}"
-        )
+        limit = limit_text(rule.limit.amount, rule.limit.unit, rule.limit.per)
         selector = rule_selector(namespace, rule.index)
         labels = {"severity": "warning", "budget": budget, "rule": str(rule.index), "limit": str(rule.limit_index)}
         near_command, over_command = spend_command(stack, percent), spend_command(stack, 100)
@@ -148,7 +145,8 @@ def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> li
                 "annotations": {
                     "summary": f"An actor of budget {budget} went over its {limit}: its calls get 429",
                     "description": (
-                        f"In the last {LOOKBACK} a response took an actor of budget {budget} (rule {rule.index}) "
+                        f"In the last {LOOKBACK} {'a call' if rule.limit.unit == 'calls' else 'a response'} took an "
+                        f"actor of budget {budget} (rule {rule.index}) "
                         f"over its {limit}; its calls are refused with 429 until its window resets. Run "
                         f"`{over_command}` for the actors and when their windows reset."
                     ),

@@ -10,7 +10,9 @@ each admitted response was charged at its end (`INCRBY` in `src/redis/fixed_cach
 `llm_total_token` for a tokens limit, the call's price in mills ($0.001) for a usd limit. A call is refused
 with 429 only once that sum is above the limit (`src/limiter/base_limiter.go`: over when the count after
 the check-only request, which adds 0, exceeds the limit), so the call that crosses the limit is admitted and
-charged in full. Calls that went through while the rate-limit service or Redis was down (fail-open) were
+charged in full. A calls limit's counter holds the calls checked, refused ones included: each check adds 1
+first and is refused when the sum exceeds the limit, so the next call is refused once the counter has
+reached the limit. Calls that went through while the rate-limit service or Redis was down (fail-open) were
 never counted.
 
 One row is one (actor, limit) pair: an actor whose budget has several limits gets a row for each.
@@ -166,7 +168,10 @@ class SpendRow:
 
     @property
     def refused(self) -> bool:
-        """True when the next call gets 429: the counter is above the limit (at the limit still admits one)."""
+        """True when the next call gets 429: a tokens or usd counter above its limit (at the limit still admits
+        one), or a calls counter at its limit (the next check adds 1 before it compares)."""
+        if self.counter.unit == "calls":
+            return self.value >= self.counter.requests
         return self.value > self.counter.requests
 
 
@@ -247,16 +252,22 @@ def format_percent(row: SpendRow) -> str:
 
 
 def format_amount(amount: int | Decimal, unit: Unit) -> str:
-    """`1,240,000` tokens, or dollars to the mill with at least cents: `$5.00`, `$3.217`."""
-    if unit == "tokens":
+    """`1,240,000` tokens or calls, or dollars to the mill with at least cents: `$5.00`, `$3.217`."""
+    if unit != "usd":
         return f"{int(amount):,}"
     text = f"{Decimal(amount).quantize(Decimal('0.001')):,.3f}"
     return "$" + (text[:-1] if text.endswith("0") else text)
 
 
+def limit_text(amount: int | Decimal, unit: Unit, per: str) -> str:
+    """A limit as people read it: `500 tokens per Day`, `$5.00 per Day`, `60 calls per Minute`."""
+    text = format_amount(amount, unit)
+    return f"{text} per {per}" if unit == "usd" else f"{text} {unit} per {per}"
+
+
 def json_amount(amount: int | Decimal, unit: Unit) -> int | float:
-    """An amount for JSON: a whole number of tokens, or dollars (exact to the mill as a decimal number)."""
-    return int(amount) if unit == "tokens" else float(Decimal(amount).quantize(Decimal("0.001")))
+    """An amount for JSON: a whole number of tokens or calls, or dollars (exact to the mill as a decimal number)."""
+    return float(Decimal(amount).quantize(Decimal("0.001"))) if unit == "usd" else int(amount)
 
 
 def row_flags(row: SpendRow) -> str:
@@ -309,16 +320,16 @@ JSON_ROW_FIELDS: dict[str, str] = {
     "budget": "`default`, or the name of the class that holds it",
     "rule": "index of the rule in the budget policy that counts this limit",
     "limit_index": "position of the limit in its budget's `limits` (0 for the short form)",
-    "unit": "what the limit counts: `tokens` or `usd`",
+    "unit": "what the limit counts: `tokens`, `usd` or `calls`",
     "limit": "the limit, in `unit` (dollars for usd)",
     "per": "the window: Second, Minute, Hour, Day, Week, Month (30 days) or Year (365 days)",
     "spent": "charged in the current window, in `unit` (0 when the window has no counter yet)",
     "remaining": "`limit - spent`, never below 0",
     "used_percent": "`spent / limit * 100`, two decimals; above 100 once a response overshot the limit",
-    "refused": "true when the next call gets 429 for this limit (`spent > limit`)",
+    "refused": "true when the next call gets 429 for this limit (`spent > limit`; `spent >= limit` for calls)",
     "suspended": "true when the actor is in `agent-budgets:suspended` (refused with 403, counters kept)",
-    "counter_value": "the counter exactly as Redis holds it: tokens, or mills ($0.001) for usd",
-    "counter_limit": "the limit in the counter's unit (tokens, or mills)",
+    "counter_value": "the counter exactly as Redis holds it: tokens, calls, or mills ($0.001) for usd",
+    "counter_limit": "the limit in the counter's unit (tokens, calls, or mills)",
     "window_start": "start of the current window, UTC, ISO 8601",
     "resets_at": "end of the current window (the counter starts again from 0), UTC, ISO 8601",
     "resets_at_unix": "`resets_at` as unix seconds",
@@ -418,6 +429,19 @@ PROMETHEUS_GAUGES: tuple[Gauge, ...] = (
         lambda row: row.remaining,
     ),
     Gauge(
+        "agent_budgets_spent_calls",
+        "Calls checked under a calls limit in the current window, refused ones included.",
+        "calls",
+        lambda row: row.spent,
+    ),
+    Gauge("agent_budgets_limit_calls", "A calls limit, per window.", "calls", lambda row: row.counter.limit),
+    Gauge(
+        "agent_budgets_remaining_calls",
+        "Calls left before a calls limit (0 at it).",
+        "calls",
+        lambda row: row.remaining,
+    ),
+    Gauge(
         "agent_budgets_used_ratio",
         "Spent divided by the limit (above 1 once a response overshot it).",
         None,
@@ -466,7 +490,7 @@ def render_prometheus(report: SpendReport) -> str:
 
     Gauge families labelled by stack, actor, budget, rule, limit (its position in the budget) and window,
     for a node-exporter textfile collector or a CronJob that pushes them. Amounts are in the family's unit
-    (tokens or dollars); a family with no row of its unit is left out.
+    (tokens, dollars or calls); a family with no row of its unit is left out.
     """
     lines: list[str] = []
     for gauge in PROMETHEUS_GAUGES:

@@ -22,12 +22,20 @@ Pure builders over plain data. Facts from Envoy Gateway v1.9.0, each checked in 
   `WWW-Authenticate` on every reply it refuses (envoy source/extensions/filters/http/jwt_authn/filter.cc
   `onComplete`; envoy issue 16200) while RBAC sets no header. So the first override keeps an honest
   message for a token with the wrong audience, and the second one says "suspended" for the RBAC denial.
+* Which HTTP filters the listener has depends on which features the policies use, not on their contents
+  per route: EG adds the RBAC filter only while some route has an `authorization`
+  (internal/xds/translator/authorization.go `listenerContainsRBAC`; an `authorization` without rules still
+  counts, and its per-route config then only holds the default action) and a custom_response filter per
+  `responseOverride`, whose rules it carries (custom_response.go `patchHCM`). A change to the listener makes
+  Envoy drain its connections and cut streams after the drain time (60 s, EG
+  internal/infrastructure/common/proxy_args.go `--drain-time-s`). So both are emitted whether or not anyone
+  is suspended: suspending or lifting an actor changes only the RBAC rules inside each route's config.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.budget_rules import actor_subject
@@ -70,14 +78,10 @@ def suspended_subjects(actors: Sequence[str]) -> list[str]:
     return sorted({actor_subject(actor) for actor in actors})
 
 
-def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[str, Any] | None:
-    """The SecurityPolicy `authorization` refusing these actors (None when nobody is suspended).
-
-    One Deny rule per 128 subjects, then Allow for everyone else.
-    """
+def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[str, Any]:
+    """The SecurityPolicy `authorization` refusing these actors: one Deny rule per 128 subjects, then Allow for
+    everyone else (only Allow when nobody is suspended, so the listener keeps its RBAC filter)."""
     subjects = suspended_subjects(actors)
-    if not subjects:
-        return None
     rules = [
         {
             "name": f"{SUSPENSION_RULE_PREFIX}-{position}",
@@ -97,7 +101,7 @@ def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[s
         }
         for position, start in enumerate(range(0, len(subjects), MAX_CLAIM_VALUES))
     ]
-    return {"defaultAction": "Allow", "rules": rules}
+    return {"defaultAction": "Allow", **({"rules": rules} if rules else {})}
 
 
 def _json_reply(body: str) -> dict[str, Any]:
@@ -123,3 +127,42 @@ def suspension_response_overrides() -> list[dict[str, Any]]:
             "response": _json_reply(SUSPENDED_BODY),
         },
     ]
+
+
+# Envoy Gateway v1.9.0 filter names (api/v1alpha1/envoyproxy_types.go `EnvoyFilter`).
+JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
+RBAC_FILTER = "envoy.filters.http.rbac"
+CUSTOM_RESPONSE_FILTER = "envoy.filters.http.custom_response"
+RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
+
+
+def _listener_config(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def listener_http_filters(security_policy: Mapping[str, Any], traffic_policy: Mapping[str, Any]) -> dict[str, str]:
+    """The HTTP filters Envoy Gateway v1.9.0 puts in the listener for the program's two Gateway-wide policies,
+    each with what its listener-level configuration is built from (JSON). The per-route parts (RBAC rules,
+    rate-limit descriptors) are left out: changing them changes route configuration only.
+
+    Each policy is a manifest (`kind`, `namespace`, `name`, `spec`). Follows internal/xds/translator:
+    jwt.go (one jwt_authn filter holding every provider), authorization.go (an empty RBAC filter while any
+    route has an authorization), custom_response.go (one filter per response override, named after its
+    policy, holding its rules), ratelimit.go (one filter per shared-rule domain, `<ns>/<name>`, and one for the
+    non-shared rules).
+    """
+    filters: dict[str, str] = {}
+    security, traffic = security_policy["spec"], traffic_policy["spec"]
+    if security.get("jwt"):
+        filters[JWT_AUTHN_FILTER] = _listener_config(security["jwt"].get("providers"))
+    if security.get("authorization") is not None:
+        filters[RBAC_FILTER] = _listener_config({})
+    if traffic.get("responseOverride"):
+        owner = f"backendtrafficpolicy/{traffic_policy['namespace']}/{traffic_policy['name']}"
+        filters[f"{CUSTOM_RESPONSE_FILTER}/{owner}"] = _listener_config(traffic["responseOverride"])
+    rules = ((traffic.get("rateLimit") or {}).get("global") or {}).get("rules") or []
+    if any(rule.get("shared") for rule in rules):
+        filters[f"{RATE_LIMIT_FILTER}/{traffic_policy['namespace']}/{traffic_policy['name']}"] = _listener_config({})
+    if any(not rule.get("shared") for rule in rules):
+        filters[RATE_LIMIT_FILTER] = _listener_config({})
+    return filters

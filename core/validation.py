@@ -229,6 +229,19 @@ def egress_problems(settings: StackSettings) -> list[Problem]:
     ]
 
 
+def message_estimate(
+    rules: BudgetRules, routes: Sequence[Route], providers: int, gateway: GatewaySettings, suspended: Sequence[str]
+) -> xds_size.MessageEstimate:
+    """The extension-server message these budgets, routes and suspensions make (core.xds_size)."""
+    return xds_size.estimate_message(
+        gateway.namespace,
+        BUDGET_POLICY_NAME,
+        rules.specs(),
+        xds_size.route_layout(routes, providers),
+        suspension_authorization(suspended, JWT_PROVIDER_NAME),
+    )
+
+
 def message_size_problems(
     rules: BudgetRules,
     routes: list[Route],
@@ -242,13 +255,7 @@ def message_size_problems(
     Envoy Gateway copies every budget rule into each model route and sends all routes to Agent Router in
     one message; over the cap, the hook fails and no later change reaches Envoy (core.xds_size).
     """
-    estimate = xds_size.estimate_message(
-        gateway.namespace,
-        BUDGET_POLICY_NAME,
-        rules.specs(),
-        xds_size.route_layout(routes, providers),
-        suspension_authorization(suspended, JWT_PROVIDER_NAME),
-    )
+    estimate = message_estimate(rules, routes, providers, gateway, suspended)
     limit = platform.extension_message_bytes
     needed = estimate.required_limit()
     if needed <= limit:
@@ -327,6 +334,7 @@ __all__ = [
     "ValidatedStack",
     "egress_problems",
     "egress_settings",
+    "message_estimate",
     "message_size_problems",
     "parse_settings",
     "validate_stack",

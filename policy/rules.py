@@ -42,6 +42,7 @@ from pulumi_policy.proxy import UnknownValueError
 
 from core.budget_rules import (
     ACTOR_HEADER,
+    CALL_COST,
     COST_METADATA_KEY,
     COST_METADATA_NAMESPACE,
     LIMIT_SLOTS_ANNOTATION,
@@ -375,7 +376,8 @@ def check_backend_removes_authorization(resource: Resource, config: Mapping[str,
 
 
 def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """Every rule keyed on `x-actor-id`: global, shared, free request, response charged in total tokens; and
+    """Every rule keyed on `x-actor-id`: global, shared, and either a free request with the response charged in
+    total tokens or price, or (a calls limit) one call charged on the request and nothing on the response; and
     no header match in the policy that Envoy Gateway refuses to translate (Distinct with invert or a value,
     Exact or RegularExpression without a value)."""
     del config
@@ -410,26 +412,42 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
             )
         if has_unknown(rule.get("cost")):
             continue  # unknown during preview
-        request = as_dict(dig(rule, "cost", "request"))
-        if not (request.get("from") == "Number" and request.get("number") == 0):
-            problems.append(
-                f"{where} charges the request ({request or 'no cost.request'}): the request count would eat "
-                "into the token budget. Set cost.request to {from: Number, number: 0}"
-            )
-        response = as_dict(dig(rule, "cost", "response"))
-        metadata = as_dict(response.get("metadata"))
-        expected = {"namespace": COST_METADATA_NAMESPACE, "key": COST_METADATA_KEY}
-        if not (
-            response.get("from") == "Metadata"
-            and metadata.get("namespace") == COST_METADATA_NAMESPACE
-            and metadata.get("key") in BUDGET_COST_TYPES
-        ):
-            problems.append(
-                f"{where} does not charge the response's token count or price ({response or 'no cost.response'}): "
-                f"set cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
-                f"reports for every response and stream (or key {USD_METADATA_KEY}, the call's price in mills, "
-                "for a budget in dollars)"
-            )
+        problems.extend(_cost_problems(where, rule))
+    return problems
+
+
+def is_call_rule(rule: Mapping[str, Any]) -> bool:
+    """A calls limit's rule: one call charged on the request, nothing on the response (core/budget_rules.py)."""
+    request = as_dict(dig(rule, "cost", "request"))
+    return request == {"from": "Number", "number": CALL_COST} and dig(rule, "cost", "response") is None
+
+
+def _cost_problems(where: str, rule: Mapping[str, Any]) -> list[str]:
+    """A budget rule charges either the response's tokens or price (the request free), or one call per request."""
+    if is_call_rule(rule):
+        return []
+    problems: list[str] = []
+    request = as_dict(dig(rule, "cost", "request"))
+    if not (request.get("from") == "Number" and request.get("number") == 0):
+        problems.append(
+            f"{where} charges the request ({request or 'no cost.request'}): the request count would eat "
+            "into the token budget. Set cost.request to {from: Number, number: 0}, or, for a calls limit, "
+            f"charge {CALL_COST} on the request and nothing on the response"
+        )
+    response = as_dict(dig(rule, "cost", "response"))
+    metadata = as_dict(response.get("metadata"))
+    expected = {"namespace": COST_METADATA_NAMESPACE, "key": COST_METADATA_KEY}
+    if not (
+        response.get("from") == "Metadata"
+        and metadata.get("namespace") == COST_METADATA_NAMESPACE
+        and metadata.get("key") in BUDGET_COST_TYPES
+    ):
+        problems.append(
+            f"{where} does not charge the response's token count or price ({response or 'no cost.response'}): "
+            f"set cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
+            f"reports for every response and stream (or key {USD_METADATA_KEY}, the call's price in mills, "
+            "for a budget in dollars)"
+        )
     return problems
 
 
@@ -513,6 +531,69 @@ def check_actor_header_untouched(resource: Resource, config: Mapping[str, Any]) 
                     "budget key must be the JWT subject (actor/<atespace>/<name>). Use claim: sub"
                 )
     return problems
+
+
+# Request fields Agent Router relies on to report usage: a stream without `stream_options.include_usage`
+# ends with no usage chunk, and is charged nothing (envoyproxy/ai-gateway v1.1.0 internal/endpointspec
+# ChatCompletionsEndpointSpec.ParseBody injects it; a backend bodyMutation runs after that injection).
+USAGE_FIELDS = frozenset({"stream_options", "stream"})
+
+
+def _body_mutations(resource: Resource) -> list[tuple[str, dict[str, Any]]]:
+    """(where, bodyMutation) of an AIServiceBackend, or of every backendRef of an AIGatewayRoute."""
+    if resource.is_kind("aigateway.envoyproxy.io", "AIServiceBackend"):
+        mutation = resource.spec.get("bodyMutation")
+        return [("spec.bodyMutation", mutation)] if isinstance(mutation, dict) else []
+    if not resource.is_kind("aigateway.envoyproxy.io", "AIGatewayRoute"):
+        return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    for rule_index, rule in enumerate(as_list(resource.spec.get("rules"))):
+        for ref_index, ref in enumerate(as_list(as_dict(rule).get("backendRefs"))):
+            mutation = as_dict(ref).get("bodyMutation")
+            if isinstance(mutation, dict):
+                found.append((f"spec.rules[{rule_index}].backendRefs[{ref_index}].bodyMutation", mutation))
+    return found
+
+
+def check_body_mutations_keep_usage(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """No request body mutation touches the fields that make a stream report its usage."""
+    del config
+    problems: list[str] = []
+    for where, mutation in _body_mutations(resource):
+        if has_unknown(mutation):
+            continue
+        touched = [str(entry.get("path")) for entry in as_list(mutation.get("set")) if isinstance(entry, dict)]
+        touched += [str(name) for name in as_list(mutation.get("remove"))]
+        for field_name in sorted({name for name in touched if name in USAGE_FIELDS}):
+            problems.append(
+                f"{resource.describe()}: {where} changes {field_name!r}, which decides whether a stream reports its "
+                "usage: Agent Router sets stream_options.include_usage before this mutation runs, so changing it "
+                "can make every streamed call end without usage and be charged nothing. Remove that entry"
+            )
+    return problems
+
+
+def check_suspension_keeps_the_listener(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """The JWT SecurityPolicy always has an `authorization` and the budget policy always has its response
+    overrides, so that suspending or lifting an actor changes route configuration only (core/suspension.py)."""
+    del config
+    who = resource.describe()
+    if resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy") and isinstance(resource.spec.get("jwt"), dict):
+        authorization = resource.spec.get("authorization")
+        if authorization is None:
+            return [
+                f"{who} has no authorization: the first suspension would add Envoy's RBAC filter to the listener, "
+                "which drains every connection and cuts streams after 60 s. Keep `authorization: {defaultAction: "
+                "Allow}` even when nobody is suspended"
+            ]
+    overrides = resource.spec.get("responseOverride")
+    if is_budget_policy(resource) and not has_unknown(overrides) and not as_list(overrides):
+        return [
+            f"{who} has no responseOverride: the first suspension would add a custom_response filter to the "
+            "listener, which drains every connection and cuts streams after 60 s. Keep the suspension's 403 "
+            "overrides even when nobody is suspended"
+        ]
+    return []
 
 
 def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> list[str]:
@@ -1288,7 +1369,8 @@ budget_rules_charge_llm_tokens = ResourceValidationPolicy(
     description=(
         "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor, free on the request "
         "and charged the response's io.envoy.ai_gateway/llm_total_token (or agent_budgets_usd_mills for a budget "
-        "in dollars); no header match of the budget policy "
+        "in dollars), or, for a calls limit, charged one call on the request and nothing on the response; no "
+        "header match of the budget policy "
         "is one Envoy Gateway rejects at translation (Distinct with invert or a value, Exact or "
         "RegularExpression without a value)."
     ),
@@ -1377,6 +1459,27 @@ route_policies_merge_with_the_budget = StackValidationPolicy(
     severity=Severity.HIGH,
 )
 
+body_mutations_keep_usage = ResourceValidationPolicy(
+    name="body-mutations-keep-usage",
+    description=(
+        "No request body mutation changes stream or stream_options, which decide whether a stream reports usage."
+    ),
+    validate=_resource_validation(check_body_mutations_keep_usage),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+suspension_keeps_the_listener = ResourceValidationPolicy(
+    name="suspension-keeps-the-listener",
+    description=(
+        "The JWT SecurityPolicy always has an authorization and the budget policy its 403 response overrides, so "
+        "suspending an actor never changes the listener (which would drain connections)."
+    ),
+    validate=_resource_validation(check_suspension_keeps_the_listener),
+    enforcement_level=EnforcementLevel.ADVISORY,
+    severity=Severity.MEDIUM,
+)
+
 rate_limit_fails_closed_outside_dev = ResourceValidationPolicy(
     name="rate-limit-fails-closed-outside-dev",
     description="Outside dev stacks, Envoy Gateway refuses calls rather than lifting every budget when Redis is down.",
@@ -1416,10 +1519,12 @@ MANDATORY_POLICIES: list[Policy] = [
     budget_costs_reported_by_every_route,
     route_policies_merge_with_the_budget,
     provider_keys_only_in_secrets,
+    body_mutations_keep_usage,
 ]
 ADVISORY_POLICIES: list[Policy] = [
     rate_limit_fails_closed_outside_dev,
     redis_persists_counters,
     idp_trust_verifies_certificates,
+    suspension_keeps_the_listener,
 ]
 POLICIES: list[Policy] = [*MANDATORY_POLICIES, *ADVISORY_POLICIES]

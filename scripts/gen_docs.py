@@ -12,7 +12,9 @@ The pages and what writes them:
 * docs/message-size.md: the exclusion-slot table, the examples and the cost of a suspension
   (scripts/measure_exclusion_slots.py);
 * docs/dashboard.md: what each dashboard panel answers, for Pulumi.prod.yaml with the dashboard on
-  (core/dashboard.py).
+  (core/dashboard.py);
+* docs/budgets.md: each limit's worst case next to what a seeded simulation of enforcement reached
+  (tests/support/enforcement.py, `make simulate`).
 
 tests/test_generated_docs.py runs the same generators on every `make test` and fails while a page is stale.
 """
@@ -82,10 +84,19 @@ def output_blocks(outputs: Mapping[str, Mapping[str, Any]] | None = None) -> dic
         )
     }
     blocks["budget-rules-prod"] = _json_block(prod["budgetRules"])
+    blocks["worst-case-dev"] = _json_block(dev["worstCase"])
+    blocks["worst-case-prod"] = _json_block(prod["worstCase"])
     blocks["routes-prod"] = _json_block(prod["routes"])
     blocks["envoy-gateway-values"] = _json_block(outside["envoyGatewayValues"])
     blocks["agent-router-values"] = _json_block(outside["agentRouterValues"])
     return blocks
+
+
+def simulation_blocks() -> dict[str, str]:
+    """The GENERATED block of docs/budgets.md: the simulation's table (seeded, so the same on every run)."""
+    from tests.support.enforcement import RUNS, SEED, simulate, table
+
+    return {"enforcement-simulation": table(simulate(SEED, RUNS), RUNS, SEED)}
 
 
 def configuration_blocks() -> dict[str, str]:
@@ -110,6 +121,7 @@ DOCS: dict[str, Callable[[], dict[str, str]]] = {
     "docs/outputs.md": output_blocks,
     "docs/message-size.md": measure_exclusion_slots.blocks,
     "docs/dashboard.md": dashboard_blocks,
+    "docs/budgets.md": simulation_blocks,
 }
 
 

@@ -34,16 +34,21 @@ from tools.spend.stack import load_stack  # noqa: E402
 DOC = ROOT / "docs" / "spend.md"
 NOW = 1796064480  # 2026-11-30T18:48:00Z, a Monday
 EXAMPLE_STACK = "prod"
-# What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml: tokens, or
-# mills ($0.001) for a usd limit. agents/research-1's budget has three limits (tokens/Hour, $/Day, $/Month).
+# What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml: tokens, calls,
+# or mills ($0.001) for a usd limit. agents/research-1's budget has three limits (tokens/Hour, $/Day, $/Month);
+# every other budget has a tokens limit and a calls limit.
 COUNTERS = {
     ("agents/support-2", 0): 201_350,
+    ("agents/support-2", 1): 9,
     ("agents/support-1", 0): 184_200,
+    ("agents/support-1", 1): 20,
     ("agents/research-1", 0): 120_000,
     ("agents/research-1", 1): 4_210,
     ("agents/research-1", 2): 31_870,
     ("agents/coder-1", 0): 1_240_000,
+    ("agents/coder-1", 1): 41,
     ("agents/nightly-batch", 0): 9_800_000,
+    ("agents/nightly-batch", 1): 310,
 }
 SUSPENDED = ["agents/coder-2"]
 

@@ -30,6 +30,7 @@ from core.budget_rules import (
 from core.money import USD_METADATA_KEY
 from core.ratelimit_model import PolicyModel
 from core.settings import ConfigError
+from tests.support.enforcement import Gateway
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -40,6 +41,10 @@ def tokens(amount: int, per: str = "Day") -> LimitSpec:
 
 def usd(amount: str, per: str = "Day") -> LimitSpec:
     return LimitSpec("usd", Decimal(amount), per)
+
+
+def calls(amount: int, per: str = "Minute") -> LimitSpec:
+    return LimitSpec("calls", amount, per)
 
 
 def budget(name: str, *limits: LimitSpec, actors: tuple[str, ...] = ()) -> BudgetSpec:
@@ -98,37 +103,61 @@ def test_an_actor_is_charged_by_every_limit_of_its_budget_and_no_other():
     assert len(b_keys) == 2, "each limit counts in its own counter"
 
 
-def admit_and_charge(model: PolicyModel, counters: dict[str, int], subject: str, costs: dict[int, int]) -> bool:
-    """One call as Envoy makes it: refused if any applying counter is over its limit (check-only request,
-    envoyproxy/ratelimit base_limiter.go), else admitted and each rule charged its own cost at the end."""
-    applied = model.for_actor(subject)
-    if any(counters.get(r.counter_key(0), 0) > r.requests for r in applied):
-        return False
-    for rule in applied:
-        key = rule.counter_key(0)
-        counters[key] = counters.get(key, 0) + costs[rule.index]
-    return True
+def sequential_calls(
+    rules: BudgetRules, actor: str, costs: dict[str, int], count: int
+) -> tuple[list[bool], dict[int, int]]:
+    """`count` calls one after the other, each charged `costs` (by metadata key) at its end, through the
+    simulation of the rate-limit service (tests/support/enforcement.py): which were admitted, and each rule's
+    counter at the end."""
+    gateway = Gateway(NS, rules.specs())
+    admitted = []
+    for call in range(count):
+        ok = gateway.admit(actor, NOW + 2 * call)
+        admitted.append(ok)
+        if ok:
+            gateway.charge(actor, NOW + 2 * call + 1, costs)
+    return admitted, gateway.charged_by_rule()
 
 
 def test_the_smaller_window_refuses_first_and_every_limit_is_charged():
     """A 600-tokens-an-hour and a 5,000-tokens-a-day limit at 200 tokens a call: the hour refuses call 5."""
     research = budget("research", tokens(600, "Hour"), tokens(5_000, "Day"), actors=("agents/b",))
     rules = compile_rules(budget("default", tokens(500)), [research], exclusion_slots=1, limit_slots=2)
-    model = PolicyModel(NS, NAME, rules.specs())
-    counters: dict[str, int] = {}
-    admitted = [admit_and_charge(model, counters, "actor/agents/b", {2: 200, 3: 200}) for _ in range(6)]
+    admitted, charged = sequential_calls(rules, "agents/b", {COST_METADATA_KEY: 200}, 6)
     assert admitted == [True, True, True, True, False, False]
-    hour, day = (counters[r.counter_key(0)] for r in model.for_actor("actor/agents/b"))
-    assert (hour, day) == (800, 800)
+    assert charged == {2: 800, 3: 800}
 
 
 def test_a_usd_limit_refuses_the_call_after_the_one_that_crosses_it():
     """$0.02 at 4 mills a call ($0.0035 rounded up): calls 1-6 pass (the sixth crosses 20), the seventh is refused."""
     rules = compile_rules(budget("default", tokens(1_000_000), usd("0.02")), [], exclusion_slots=1, limit_slots=2)
-    model = PolicyModel(NS, NAME, rules.specs())
-    counters: dict[str, int] = {}
-    admitted = [admit_and_charge(model, counters, "actor/agents/a", {0: 200, 1: 4}) for _ in range(8)]
+    admitted, charged = sequential_calls(rules, "agents/a", {COST_METADATA_KEY: 200, USD_METADATA_KEY: 4}, 8)
     assert admitted == [True] * 6 + [False, False]
+    assert charged == {0: 1_200, 1: 24}
+
+
+def test_a_calls_limit_charges_one_call_on_the_request_and_nothing_on_the_response():
+    rules = compile_rules(budget("default", tokens(500), calls(3, "Minute")), [], exclusion_slots=2, limit_slots=2)
+    tokens_rule, calls_rule = rules.specs()
+    assert calls_rule["cost"] == {"request": {"from": "Number", "number": 1}}
+    assert calls_rule["limit"] == {"requests": 3, "unit": "Minute"}
+    headers = calls_rule["clientSelectors"][0]["headers"]
+    marker = {"name": "x-actor-id", "type": "RegularExpression", "value": MATCHES_NOTHING, "invert": True}
+    assert headers == [*tokens_rule["clientSelectors"][0]["headers"], marker, marker]
+    # Three calls a minute, whatever they cost; the tokens limit still refuses above 500.
+    admitted, charged = sequential_calls(rules, "agents/a", {COST_METADATA_KEY: 1}, 5)
+    assert admitted == [True, True, True, False, False]
+    assert charged == {0: 3, 1: 5}, "the refused calls are counted too, and charge no tokens"
+
+
+def test_each_kind_of_limit_in_one_slot_has_its_own_counter_key():
+    """tokens, usd and calls in the same slot: three different Redis keys (0, 1 and 2 marker matches)."""
+    keys = set()
+    for limit in (tokens(9), usd("9"), calls(9)):
+        rules = compile_rules(budget("default", limit), [], exclusion_slots=1, limit_slots=1)
+        [applied] = PolicyModel(NS, NAME, rules.specs()).for_actor("actor/agents/a")
+        keys.add(applied.counter_key(NOW))
+    assert len(keys) == 3
 
 
 def test_a_usd_rule_carries_one_more_always_true_match():
@@ -218,6 +247,15 @@ def test_a_usd_default_budget_needs_one_match_for_its_marker():
     rules = compile_rules(budget("default", usd("5")), [], exclusion_slots=1022, limit_slots=1)
     [spec] = rules.specs()
     assert [len(s["headers"]) for s in spec["clientSelectors"]] == [128] * 8
+
+
+def test_a_calls_limit_on_the_default_budget_needs_two_more_matches():
+    with pytest.raises(
+        ConfigError, match="a calls limit on the default budget needs 2 more matches in its rule: lower it to 1021"
+    ):
+        compile_rules(budget("default", tokens(5), calls(9)), [], exclusion_slots=1022, limit_slots=2)
+    rules = compile_rules(budget("default", tokens(5), calls(9)), [], exclusion_slots=1021, limit_slots=2)
+    assert [len(s["headers"]) for s in rules.specs()[1]["clientSelectors"]] == [128] * 8
 
 
 def test_summary_describes_each_limit_for_stack_outputs():
@@ -337,6 +375,18 @@ def test_appending_a_limit_to_a_class_changes_no_other_key(base):
     assert set(after) - set(base) == {(a, 1) for a in grown.actors}
 
 
+def test_appending_a_calls_limit_changes_no_other_key(base):
+    """A calls limit in a free slot of the default budget and of a class: every existing counter stays."""
+    classes = list(BASE_CLASSES)
+    paced = classes[6]
+    classes[6] = BudgetSpec(paced.name, (*paced.limits, calls(30, "Minute")), paced.actors)
+    default = budget("default", tokens(100_000), calls(60, "Minute"))
+    after = limit_counters(compile_layout(default, classes))
+    assert changed(base, after) == set()
+    new = {pair for pair in set(after) - set(base)}
+    assert new == {(a, 1) for a in DEFAULT_ACTORS} | {(a, len(paced.limits)) for a in paced.actors}
+
+
 def test_appending_a_class_changes_only_its_members(base):
     newcomers = tuple(ACTORS[9_500:9_530])
     appended = [*BASE_CLASSES, budget("newcomers", tokens(77), usd("0.5", "Hour"), actors=newcomers)]
@@ -428,6 +478,17 @@ def test_changing_a_limit_between_tokens_and_usd_moves_that_limit_only(base_samp
     assert changed(base_sample, after) == pairs_of(switched)
 
 
+def test_changing_a_limit_to_or_from_calls_moves_that_limit_only(base_sample):
+    """A tokens limit turned into a calls limit in place (and a usd one into tokens) starts afresh: a count of
+    tokens is never read as calls."""
+    classes = list(BASE_CLASSES)
+    to_calls, to_tokens = classes[2], classes[3]
+    classes[2] = BudgetSpec(to_calls.name, (calls(1_002, "Day"),), to_calls.actors)
+    classes[3] = BudgetSpec(to_tokens.name, (to_tokens.limits[0], tokens(5, "Day")), to_tokens.actors)
+    after = limit_counters(compile_layout(BASE_DEFAULT, classes), SAMPLE)
+    assert changed(base_sample, after) == pairs_of(to_calls) | {(a, 1) for a in to_tokens.actors}
+
+
 def test_changing_exclusion_slots_moves_every_default_counter_once(base_sample):
     after = limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES, exclusion_slots=33), SAMPLE)
     assert changed(base_sample, after) == {(a, 0) for a in SAMPLE if a not in MEMBERS}
@@ -458,6 +519,7 @@ RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
     "append a limit to a budget (up to `limitSlots`)": (
         "test_budget_limits.py::test_appending_a_limit_to_the_default_changes_no_other_key",
         "test_budget_limits.py::test_appending_a_limit_to_a_class_changes_no_other_key",
+        "test_budget_limits.py::test_appending_a_calls_limit_changes_no_other_key",
     ),
     "append a class": ("test_budget_limits.py::test_appending_a_class_changes_only_its_members",),
     "empty a class (retire it in place)": ("test_budget_limits.py::test_emptying_a_class_moves_its_members_only",),
@@ -468,8 +530,9 @@ RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
         "test_budget_limits.py::test_removing_a_limit_that_is_not_the_last_moves_the_later_limits_of_that_budget_only",
         "test_budget_limits.py::test_reordering_the_limits_of_a_budget_moves_the_reordered_ones_only",
     ),
-    "change a limit between `tokens` and `usd`": (
+    "change a limit's kind (`tokens`, `usd`, `calls`)": (
         "test_budget_limits.py::test_changing_a_limit_between_tokens_and_usd_moves_that_limit_only",
+        "test_budget_limits.py::test_changing_a_limit_to_or_from_calls_moves_that_limit_only",
     ),
     "change `budgetPolicy.exclusionSlots`": (
         "test_budget_limits.py::test_changing_exclusion_slots_moves_every_default_counter_once",

@@ -18,10 +18,9 @@ import pytest
 
 from core import platform_values as pv
 from core import xds_size
-from core.manifests import BUDGET_POLICY_NAME
 from core.problems import ConfigError
 from core.settings import go_url_parse_error
-from core.validation import validate_stack
+from core.validation import message_estimate, validate_stack
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQk9P\nbm90IGEgcmVhbCBjZXJ0\n-----END CERTIFICATE-----\n"
 
@@ -54,9 +53,9 @@ def _validate(raw: dict[str, Any]):
 def _needed_bytes(raw: dict[str, Any]) -> int:
     """The limit the configuration needs, computed the way validation does (with the default limit raised)."""
     stack = _validate({**raw, "platform": {"extensionMessageLimit": "512Mi"}})
-    layout = xds_size.route_layout(stack.settings.routes, len(stack.settings.providers))
-    estimate = xds_size.estimate_message(
-        stack.settings.gateway.namespace, BUDGET_POLICY_NAME, stack.rules.specs(), layout
+    settings = stack.settings
+    estimate = message_estimate(
+        stack.rules, settings.routes, len(settings.providers), settings.gateway, settings.suspended
     )
     return estimate.required_limit()
 

@@ -21,7 +21,7 @@ import pytest
 from core.budget_rules import COST_METADATA_KEY
 from core.money import USD_METADATA_KEY, Usage
 from core.problems import ConfigError
-from core.suspension import SUSPENDED_BODY
+from core.suspension import SUSPENDED_BODY, suspension_response_overrides
 from core.validation import validate_stack
 from tests.support.agent_router_cel import Call, model_as_agent_router_sets_it
 from tests.support.agent_router_cel import evaluate as evaluate_call
@@ -208,20 +208,25 @@ def test_the_suspension_403_says_so_and_a_wrong_audience_keeps_its_own_message(r
     assert "%" not in SUSPENDED_BODY, "Envoy would read a % as a command operator"
 
 
-def test_without_money_or_suspension_the_objects_are_as_before():
+def test_without_money_or_suspension_the_routes_report_tokens_and_the_kill_switch_allows_everyone():
+    """Nobody suspended: the authorization allows everyone and the 403 overrides stay, so the listener keeps
+    its RBAC and custom_response filters and the first suspension changes route configuration only."""
     run = run_program(stack_config("dev"))
     for route in run.of_kind("AIGatewayRoute"):
         assert route.inputs["spec"]["llmRequestCosts"] == [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
-    assert "authorization" not in spec(run, "SecurityPolicy")
-    assert "responseOverride" not in spec(run, "BackendTrafficPolicy")
+    assert spec(run, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow"}
+    assert spec(run, "BackendTrafficPolicy")["responseOverride"] == suspension_response_overrides()
     assert run.outputs["suspended"] == []
 
 
-def test_lifting_a_suspension_leaves_the_budget_rules_as_they_were(run):
+def test_lifting_a_suspension_changes_only_the_authorization_rules(run):
     lifted = run_program(issue_config(suspended=[]), secrets=SECRETS)
-    assert "authorization" not in spec(lifted, "SecurityPolicy")
-    before = spec(run, "BackendTrafficPolicy")["rateLimit"]
-    assert spec(lifted, "BackendTrafficPolicy")["rateLimit"] == before, "counter keys are positional: nothing moves"
+    assert spec(lifted, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow"}
+    before, after = spec(run, "SecurityPolicy"), spec(lifted, "SecurityPolicy")
+    assert {key: value for key, value in after.items() if key != "authorization"} == {
+        key: value for key, value in before.items() if key != "authorization"
+    }
+    assert spec(lifted, "BackendTrafficPolicy") == spec(run, "BackendTrafficPolicy"), "counter keys are positional"
 
 
 # --- bad input: refused before anything is registered, with key, value and fix --------------------------
@@ -280,7 +285,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, list[str]]] = [
         "a limit with neither",
         issue_config(budgets=with_limit(2, {"per": "Month"})),
         "budgets.classes[0].limits[2]",
-        ["has neither tokens nor usd", "{usd: 5, per: Day}"],
+        ["has none of tokens, usd or calls", "{usd: 5, per: Day}"],
     ),
     (
         "limits: []",

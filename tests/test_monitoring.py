@@ -198,3 +198,18 @@ def test_every_limit_of_a_budget_gets_its_alerts_and_reserved_slots_none():
     assert near[3]["annotations"]["summary"] == "An actor of budget research passed 80% of its 400,000 tokens per Hour"
     usd_rule = next(r for r in validated.rules.limit_rules if r.budget == "research" and r.limit_index == 1)
     assert f"rule/{usd_rule.index}_" in near[4]["expr"]
+
+
+def test_a_calls_limit_gets_alerts_that_speak_of_calls():
+    config = monitored_config()
+    config["budgets"]["default"] = {"limits": [{"tokens": 500, "per": "Day"}, {"calls": 60, "per": "Minute"}]}
+    config["budgetPolicy"] = {"limitSlots": 2}
+    validated = validate_stack(config, lambda key: (False, False))
+    group = monitoring.prometheus_rule_manifest(validated.settings, validated.rules, "prod").spec["groups"][0]
+    calls_alerts = [r for r in group["rules"] if r["labels"]["budget"] == "default" and r["labels"]["limit"] == "1"]
+    near, over = calls_alerts
+    assert near["annotations"]["summary"] == "An actor of budget default passed 80% of its 60 calls per Minute"
+    assert over["annotations"]["description"].startswith(
+        f"In the last {monitoring.LOOKBACK} a call took an actor of budget default (rule 1) over its 60 calls "
+        "per Minute"
+    )

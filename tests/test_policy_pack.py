@@ -180,11 +180,13 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "budget-costs-reported-by-every-route",
         "route-policies-merge-with-the-budget",
         "provider-keys-only-in-secrets",
+        "body-mutations-keep-usage",
     }
     assert advisory == {
         "rate-limit-fails-closed-outside-dev",
         "redis-persists-counters",
         "idp-trust-verifies-certificates",
+        "suspension-keeps-the-listener",
     }
 
 
@@ -235,6 +237,18 @@ def _budget_rules(resources: list[Captured]) -> list[dict[str, Any]]:
 
 
 PASSTHROUGH_PYPI = {"tlsPassthrough": {"hostnames": ["pypi.org"], "ports": {"numbers": [443]}}}
+
+
+def _every_limit(resources: list[Captured], first: int, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply `change` to every limit of the budget whose block starts at rule `first` (its rules admit the same
+    actors, so a change to what one admits is made to all of them)."""
+    slots = int(
+        find(resources, "BackendTrafficPolicy").inputs["metadata"]["annotations"]["agent-budgets.dev/limit-slots"]
+    )
+    budget = _budget_rules(resources)[first : first + slots]
+    for rule in budget:
+        if rule.get("shadowMode") is not True:  # a reserved slot admits nobody
+            change(rule)
 
 
 def _nothing_rule() -> dict[str, Any]:
@@ -691,8 +705,10 @@ BROKEN: list[Broken] = [
         "default-rule-excludes-nobody",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(value=MATCHES_NOTHING),
-        "falls in the rules of 2 budgets (0, ",
+        lambda rs: _every_limit(
+            rs, 0, lambda rule: rule["clientSelectors"][0]["headers"][1].update(value=MATCHES_NOTHING)
+        ),
+        "falls in the rules of 2 budgets (0, 1, ",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
         count=4,  # coder-1, coder-2, nightly-batch and research-1
     ),
@@ -700,10 +716,14 @@ BROKEN: list[Broken] = [
         "research-member-left-in-the-default",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][1].update(
-            value="^actor/(?:agents/(?:coder-1|coder-2|nightly-batch))$"
+        lambda rs: _every_limit(
+            rs,
+            0,
+            lambda rule: rule["clientSelectors"][0]["headers"][1].update(
+                value="^actor/(?:agents/(?:coder-1|coder-2|nightly-batch))$"
+            ),
         ),
-        "actor agents/research-1 falls in the rules of 2 budgets (0, 9, 10, 11)",
+        "actor agents/research-1 falls in the rules of 2 budgets (0, 1, 9, 10, 11)",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -727,11 +747,16 @@ BROKEN: list[Broken] = [
         "too-many-selectors",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _budget_rules(rs)[3]["clientSelectors"].extend(
-            {"headers": [{"name": "x-actor-id", "type": "RegularExpression", "value": ".*"}]} for _ in range(8)
+        lambda rs: _every_limit(
+            rs,
+            3,
+            lambda rule: rule["clientSelectors"].extend(
+                {"headers": [{"name": "x-actor-id", "type": "RegularExpression", "value": ".*"}]} for _ in range(8)
+            ),
         ),
-        "rule 3 has 9 client selectors, over Envoy Gateway's 8",
+        "has 9 client selectors, over Envoy Gateway's 8",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=2,  # the large class's tokens and calls rules
     ),
     Broken(
         "too-many-header-matches",
@@ -748,11 +773,12 @@ BROKEN: list[Broken] = [
         "match-value-too-long",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _budget_rules(rs)[0]["clientSelectors"][0]["headers"][-1].update(
-            value="^actor/(?:" + "a" * 1100 + ")$"
+        lambda rs: _every_limit(
+            rs, 0, lambda rule: rule["clientSelectors"][0]["headers"][-1].update(value="^actor/(?:" + "a" * 1100 + ")$")
         ),
-        "rule 0 match 127 is 1112 characters, over Envoy Gateway's 1024",
+        "match 127 is 1112 characters, over Envoy Gateway's 1024",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=2,  # the default budget's tokens and calls rules
     ),
     Broken(
         "invalid-regex",
@@ -810,6 +836,50 @@ BROKEN: list[Broken] = [
         lambda rs: _spec(rs, "AIGatewayRoute", "mock-large").update(llmRequestCosts=[]),
         "reports no llm_total_token in llmRequestCosts, but budget rule(s) [0]",
         "AIGatewayRoute agent-budgets/mock-large",
+    ),
+    Broken(
+        "calls-rule-also-charges-the-response",
+        rules.budget_rules_charge_llm_tokens,
+        "prod",
+        lambda rs: _budget_rules(rs)[1]["cost"].update(response=_budget_rules(rs)[0]["cost"]["response"]),
+        "budget rule 1 charges the request",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    # -- body mutations leave the fields that make a stream report its usage
+    Broken(
+        "route-ceiling-also-removes-stream-options",
+        rules.body_mutations_keep_usage,
+        "prod",
+        lambda rs: _spec(rs, "AIGatewayRoute", "gpt")["rules"][0]["backendRefs"][0]["bodyMutation"]["remove"].append(
+            "stream_options"
+        ),
+        "spec.rules[0].backendRefs[0].bodyMutation changes 'stream_options'",
+        "AIGatewayRoute agent-budgets/gpt",
+    ),
+    Broken(
+        "backend-turns-streaming-off",
+        rules.body_mutations_keep_usage,
+        "dev",
+        lambda rs: _spec(rs, "AIServiceBackend").update(bodyMutation={"set": [{"path": "stream", "value": "false"}]}),
+        "spec.bodyMutation changes 'stream'",
+        "AIServiceBackend agent-budgets/mock",
+    ),
+    # -- suspending an actor never changes the listener
+    Broken(
+        "no-authorization-while-nobody-is-suspended",
+        rules.suspension_keeps_the_listener,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy").pop("authorization"),
+        "has no authorization: the first suspension would add Envoy's RBAC filter to the listener",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "no-response-override-while-nobody-is-suspended",
+        rules.suspension_keeps_the_listener,
+        "prod",
+        lambda rs: _spec(rs, "BackendTrafficPolicy").pop("responseOverride"),
+        "has no responseOverride: the first suspension would add a custom_response filter to the listener",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     # -- the kill switch on the JWT SecurityPolicy
     Broken(
@@ -1320,9 +1390,10 @@ def test_the_pack_checks_the_whole_stack_over_the_analyzer_protocol(analyzer):
 
 
 def test_the_limit_slots_annotation_groups_a_budget_s_rules_and_its_absence_is_read_strictly():
-    """prod's research class has three limits (rules 9-11, limitSlots 3): one budget. Without the policy's
-    limit-slots annotation each rule is read as a budget of its own, so the member counts as covered three
-    times; an unreadable annotation is read the same strict way."""
+    """prod's research class has three limits (rules 9-11, limitSlots 3): one budget; every other budget has
+    a tokens and a calls limit. Without the policy's limit-slots annotation each rule is read as a budget of
+    its own, so every actor (and the probe actor in no class) counts as covered several times; an unreadable
+    annotation is read the same strict way."""
     resources = captured("prod")
     assert validate(rules.budget_rules_cover_each_actor_once, "prod", resources) == []
     annotations = find(resources, "BackendTrafficPolicy").inputs["metadata"]["annotations"]
@@ -1332,5 +1403,7 @@ def test_the_limit_slots_annotation_groups_a_budget_s_rules_and_its_absence_is_r
             annotations.pop("agent-budgets.dev/limit-slots", None)
         else:
             annotations["agent-budgets.dev/limit-slots"] = value
-        [violation] = validate(rules.budget_rules_cover_each_actor_once, "prod", resources)
-        assert "actor agents/research-1 falls in the rules of 3 budgets (9, 10, 11)" in violation
+        violations = validate(rules.budget_rules_cover_each_actor_once, "prod", resources)
+        assert len(violations) == 7, violations  # six actors and the probe actor
+        assert any("actor agents/research-1 falls in the rules of 3 budgets (9, 10, 11)" in v for v in violations)
+        assert any("actor agents/support-1 falls in the rules of 2 budgets (0, 1)" in v for v in violations)

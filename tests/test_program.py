@@ -133,7 +133,7 @@ def test_the_jwks_config_map_follows_the_gateway_namespace():
     assert provider["localJWKS"]["valueRef"]["name"] == "substrate-actor-jwks"
 
 
-def test_gateway_has_a_fixed_service_name_and_strips_client_actor_headers(dev):
+def test_gateway_has_a_fixed_service_name_and_strips_client_actor_and_timeout_headers(dev):
     proxy = spec(dev.one("EnvoyProxy"))
     assert proxy["provider"]["kubernetes"]["envoyService"] == {"name": "agent-router", "type": "ClusterIP"}
     gateway = spec(dev.one("Gateway"))
@@ -142,7 +142,9 @@ def test_gateway_has_a_fixed_service_name_and_strips_client_actor_headers(dev):
     assert [listener["port"] for listener in gateway["listeners"]] == [80]
     client = spec(dev.one("ClientTrafficPolicy"))
     assert client["connection"]["bufferLimit"] == "50Mi"
-    assert client["headers"]["earlyRequestHeaders"]["remove"] == ["x-actor-id"]
+    # Only the JWT filter sets x-actor-id; no client may stretch its call past the route's timeout, on which
+    # every bound of the worst case rests (Envoy's router reads x-envoy-upstream-rq-timeout-ms as the timeout).
+    assert client["headers"]["earlyRequestHeaders"]["remove"] == ["x-actor-id", "x-envoy-upstream-rq-timeout-ms"]
     assert dev.outputs["gatewayUrl"] == "http://agent-router.envoy-gateway-system.svc.cluster.local:80"
 
 

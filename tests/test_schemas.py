@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.crds import load_catalog
 from tests.support.program import run_program, stack_config
+from tests.test_bounded_budgets import bounded_config
 
 OPENAI_KEY = "sk-schema-test-openai"
 ANTHROPIC_KEY = "sk-ant-schema-test"
@@ -69,12 +70,15 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "mock-model": {"input": 10, "output": 20},
     }
     money["suspended"] = ["agents/actor-7", *[f"lab/suspended-{i:03d}" for i in range(130)]]
+    # Output ceilings, route timeouts and calls limits (tests/test_bounded_budgets.py).
+    bounded = bounded_config()
     return {
         "dev": (dev, {}),
         "real": (real, keys),
         "insecure-idp": (insecure, {}),
         "local-jwks": (local_jwks, {}),
         "money": (money, keys),
+        "bounded": (bounded, keys),
     }
 
 
@@ -145,6 +149,23 @@ def test_the_money_variant_exercises_every_new_field(catalog):
     assert len(btp["spec"]["responseOverride"]) == 2
     assert len(btp["spec"]["rateLimit"]["global"]["rules"]) == 7  # 3 + 3 + 1 (solo): one reserved slot
     for obj in (security, btp, *routes):
+        assert catalog.validate(obj).errors == []
+
+
+def test_the_bounded_variant_exercises_ceilings_timeouts_and_calls_rules(catalog):
+    """Guard against a vacuous pass: the bounded variant's objects really hold each new field."""
+    config, secrets = variants()["bounded"]
+    objects = [r.as_object() for r in run_program(config, secrets=secrets).custom_resources()]
+    refs = [ref for o in objects if o["kind"] == "AIGatewayRoute" for ref in o["spec"]["rules"][0]["backendRefs"]]
+    assert {ref["bodyMutation"]["set"][0]["path"] for ref in refs} == {"max_completion_tokens", "max_tokens"}
+    timeouts = [o["spec"]["rules"][0].get("timeouts") for o in objects if o["kind"] == "AIGatewayRoute"]
+    assert {"request": "5m"} in timeouts
+    [btp] = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
+    assert [r["cost"] for r in btp["spec"]["rateLimit"]["global"]["rules"]].count(
+        {"request": {"from": "Number", "number": 1}}
+    ) == 2
+    [client] = [o for o in objects if o["kind"] == "ClientTrafficPolicy"]
+    for obj in (btp, client, *[o for o in objects if o["kind"] == "AIGatewayRoute"]):
         assert catalog.validate(obj).errors == []
 
 

@@ -259,6 +259,43 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], list[str]]] = [
         with_changes(gateway={"requestBufferLimit": "lots"}),
         ["agent-budgets:gateway.requestBufferLimit", "'lots'"],
     ),
+    (
+        "calls zero",
+        with_changes(budgets=budgets({"limits": [{"tokens": 5, "per": "Day"}, {"calls": 0, "per": "Minute"}]})),
+        ["agent-budgets:budgets.default.limits[1].calls", "got 0", "at least 1 call"],
+    ),
+    (
+        "calls written as prose",
+        with_changes(budgets=budgets({"calls": "1k", "per": "Hour"})),
+        ["agent-budgets:budgets.default.calls", "'1k'", "calls: 1000"],
+    ),
+    (
+        "tokens and calls in one limit",
+        with_changes(budgets=budgets({"limits": [{"tokens": 5, "calls": 9, "per": "Day"}]})),
+        ["agent-budgets:budgets.default.limits[0]", "has both tokens (5) and calls (9)", "Split it into two limits"],
+    ),
+    (
+        "a ceiling at the context window",
+        with_changes(
+            routes=[{"name": "m", "models": ["m"], "provider": "mock", "maxOutputTokens": 8, "contextWindow": 8}]
+        ),
+        ["agent-budgets:routes[0]", "maxOutputTokens 8 is not below contextWindow 8"],
+    ),
+    (
+        "a ceiling of zero",
+        with_changes(routes=[{"name": "m", "models": ["m"], "provider": "mock", "maxOutputTokens": 0}]),
+        ["agent-budgets:routes[0].maxOutputTokens", "0"],
+    ),
+    (
+        "a request timeout that disables the timeout",
+        with_changes(routes=[{"name": "m", "models": ["m"], "provider": "mock", "requestTimeout": "0s"}]),
+        ["agent-budgets:routes[0].requestTimeout", "'0s'", "would disable the timeout"],
+    ),
+    (
+        "a request timeout in words",
+        with_changes(routes=[{"name": "m", "models": ["m"], "provider": "mock", "requestTimeout": "5 minutes"}]),
+        ["agent-budgets:routes[0].requestTimeout", "'5 minutes'", "Gateway API duration such as 60s"],
+    ),
 ]
 
 

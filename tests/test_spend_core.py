@@ -193,3 +193,13 @@ def test_json_row_fields_are_exactly_the_documented_ones():
     assert list(document) == list(spend.JSON_ROW_FIELDS)
     assert (document["used_percent"], document["refused"], document["remaining"]) == (120.0, True, 0)
     assert document["window_start"] == "2026-11-30T00:00:00Z"
+
+
+def test_a_calls_counter_refuses_the_next_call_once_it_reaches_its_limit():
+    """ratelimit adds 1 before it compares: a calls counter at its limit refuses the next call, a tokens counter
+    at its limit still admits one (src/redis/fixed_cache_impl.go, src/limiter/base_limiter.go)."""
+    calls = counter(unit="calls", limit=60, requests=60, per="Minute")
+    assert [spend.SpendRow(calls, value).refused for value in (59, 60, 61)] == [False, True, True]
+    tokens = counter()
+    assert [spend.SpendRow(tokens, value).refused for value in (499, 500, 501)] == [False, False, True]
+    assert spend.format_amount(1_240, "calls") == "1,240" and spend.json_amount(7, "calls") == 7

@@ -150,6 +150,31 @@ def _many_actors(actors, classes):
         ),
         pytest.param(compile_budget_rules(_budgets(_many_actors(3000, 40)), 127).specs(), id="3000-actors-40-classes"),
         pytest.param(
+            compile_budget_rules(
+                BudgetsConfig.model_validate(
+                    {
+                        "default": {
+                            "limits": [
+                                {"tokens": 500, "per": "Day"},
+                                {"usd": 5, "per": "Day"},
+                                {"calls": 60, "per": "Minute"},
+                            ]
+                        },
+                        "classes": [
+                            {
+                                "name": "paced",
+                                "limits": [{"calls": 10, "per": "Hour"}, {"tokens": 9, "per": "Hour"}],
+                                "actors": ["agents/actor-b"],
+                            }
+                        ],
+                    }
+                ),
+                8,
+                limit_slots=3,
+            ).specs(),
+            id="tokens-usd-and-calls-limits",
+        ),
+        pytest.param(
             [_rule([{"name": "x-actor-id", "type": "Distinct"}, {"name": "x-actor-id", "type": "Exact", "value": ""}])],
             id="exact-empty-value",
         ),
@@ -300,7 +325,7 @@ def _rbac_per_route(authorization):
 
     Predicate = matcher_pb2.Matcher.MatcherList.Predicate  # noqa: N806
     field_matchers = []
-    for rule in authorization["rules"]:
+    for rule in authorization.get("rules", []):
         jwt = rule["principal"]["jwt"]
         [claim] = jwt["claims"]
         path = [
@@ -332,15 +357,15 @@ def _rbac_per_route(authorization):
                 predicate=predicate, on_match=action(rule["action"] == "Allow", rule["name"])
             )
         )
-    matcher = matcher_pb2.Matcher(
-        matcher_list=matcher_pb2.Matcher.MatcherList(matchers=field_matchers),
-        on_no_match=action(authorization["defaultAction"] == "Allow", "default"),
-    )
+    matcher = matcher_pb2.Matcher(on_no_match=action(authorization["defaultAction"] == "Allow", "default"))
+    if field_matchers:  # without rules EG leaves the matcher type unset (proto validation refuses an empty list)
+        matcher.matcher_list.CopyFrom(matcher_pb2.Matcher.MatcherList(matchers=field_matchers))
     return rbac_pb2.RBACPerRoute(rbac=rbac_pb2.RBAC(matcher=matcher))
 
 
-@pytest.mark.parametrize("suspended", [1, 2, 128, 300])
+@pytest.mark.parametrize("suspended", [0, 1, 2, 128, 300])
 def test_the_suspension_s_rbac_config_matches_the_real_protos(suspended):
+    """With nobody suspended the RBAC config holds only the default action (Allow); it is on every route."""
     from core.suspension import suspension_authorization
 
     actors = [f"agents/actor-{i:04d}" for i in range(suspended)]

@@ -33,6 +33,7 @@ from core.settings.base import (
     whole_number_from_text,
 )
 from core.settings.budgets import (
+    LIMIT_UNITS,
     MAX_LIMITS_PER_BUDGET,
     MAX_TOKENS,
     WINDOWS_TEXT,
@@ -73,12 +74,14 @@ from core.settings.redis import (
     redis_url_problem,
 )
 from core.settings.routing import (
+    DEFAULT_REQUEST_TIMEOUT,
     MAX_MODELS_PER_ROUTE,
     PROVIDER_DEFAULT_HOSTS,
     MockModelSettings,
     Provider,
     ProviderKind,
     Route,
+    duration_seconds,
 )
 from core.settings.stack import (
     RETIRED_KEYS,
@@ -98,6 +101,7 @@ from core.settings.substrate import (
 
 __all__ = [
     "CONFIG_KEY",
+    "DEFAULT_REQUEST_TIMEOUT",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
     "DURATION",
@@ -106,6 +110,7 @@ __all__ = [
     "GATEWAY_CONTROLLER_NAME",
     "GATEWAY_HOSTNAME",
     "GATEWAY_SERVICE_NAME",
+    "LIMIT_UNITS",
     "MAX_EXTENSION_MESSAGE_LIMIT",
     "MAX_LIMITS_PER_BUDGET",
     "MAX_MODELS_PER_ROUTE",
@@ -156,6 +161,7 @@ __all__ = [
     "check_actor_id",
     "check_dns_label",
     "decode_config_value",
+    "duration_seconds",
     "go_url_parse_error",
     "is_dns_label",
     "message_size_bytes",

@@ -16,29 +16,39 @@ MAX_LIMITS_PER_BUDGET = 8
 """The documented maximum of `limits` per budget (and of budgetPolicy.limitSlots)."""
 
 
-def _tokens(value: Any) -> int:
-    """A token count: whole, positive, within Envoy Gateway's uint32; people's ways of writing it explained."""
+def _whole_count(value: Any, key: str, example: int, one: str) -> int:
+    """A count of tokens or calls: whole, positive, within Envoy Gateway's uint32; people's ways of writing it
+    explained."""
+    hint = f"give a whole number of {key}, e.g. {key}: {example}"
     if value is None:
-        raise ValueError("is empty (YAML null): give a whole number of tokens, e.g. tokens: 500")
+        raise ValueError(f"is empty (YAML null): {hint}")
     if isinstance(value, bool):
-        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+        raise ValueError(f"got {value!r}: {hint}")
     if isinstance(value, str):
-        raise ValueError(f"got {value!r}: {number_text_hint(value, 'tokens')}")
+        raise ValueError(f"got {value!r}: {number_text_hint(value, key)}")
     if isinstance(value, float):
         if not value.is_integer():
-            raise ValueError(f"got {value!r}: tokens are whole; round it, e.g. tokens: {int(value)}")
+            raise ValueError(f"got {value!r}: {key} are whole; round it, e.g. {key}: {int(value)}")
         value = int(value)
     if not isinstance(value, int):
-        raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
+        raise ValueError(f"got {value!r}: {hint}")
     if value < 0:
-        raise ValueError(f"got {value}, a negative number: a budget is a count of tokens, at least 1")
+        raise ValueError(f"got {value}, a negative number: a budget is a count of {key}, at least 1")
     if value == 0:
-        raise ValueError("got 0: a budget must be at least 1 token (0 would refuse every call)")
+        raise ValueError(f"got 0: a budget must be at least 1 {one} (0 would refuse every call)")
     if value > MAX_TOKENS:
         raise ValueError(
             f"got {value}, above Envoy Gateway's maximum of {MAX_TOKENS} (a uint32): use a longer window (per)"
         )
     return value
+
+
+def _tokens(value: Any) -> int:
+    return _whole_count(value, "tokens", 500, "token")
+
+
+def _calls(value: Any) -> int:
+    return _whole_count(value, "calls", 60, "call")
 
 
 def _per(value: Any) -> Any:
@@ -50,6 +60,7 @@ def _per(value: Any) -> Any:
 
 
 TokenCount = Annotated[int, Field(strict=True)]
+CallCount = Annotated[int, Field(strict=True)]
 
 
 def _usd(value: Any) -> Decimal:
@@ -68,36 +79,58 @@ UsdAmount = Annotated[Decimal, BeforeValidator(_usd)]
 WINDOWS_TEXT = "`Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fixed and UTC-aligned"
 
 
-def _limit_problem(tokens: int | None, usd: Decimal | None, per: str | None) -> str | None:
-    if tokens is not None and usd is not None:
+LIMIT_UNITS = ("tokens", "usd", "calls")
+"""What a limit counts: tokens, dollars (in mills), or calls."""
+_COUNT_WORDS = {2: "two", 3: "three"}
+
+
+def _limit_problem(amounts: dict[str, Any], per: str | None) -> str | None:
+    """Why a limit written with these `{unit: amount}` (None when absent) and `per` is not one limit, or None."""
+    given = {unit: amount for unit, amount in amounts.items() if amount is not None}
+    if len(given) > 1:
+        window = per or "Day"
+        split = ", ".join(f"{{{unit}: {amount}, per: {window}}}" for unit, amount in given.items())
+        parts = [f"{unit} ({amount})" for unit, amount in given.items()]
+        listed = f"both {parts[0]} and {parts[1]}" if len(parts) == 2 else f"{', '.join(parts[:-1])} and {parts[-1]}"
         return (
-            f"has both tokens ({tokens}) and usd ({usd}): a limit counts one of them. Split it into two limits, "
-            f"e.g. limits: [{{tokens: {tokens}, per: {per or 'Day'}}}, {{usd: {usd}, per: {per or 'Day'}}}]"
+            f"has {listed}: a limit counts one of them. "
+            f"Split it into {_COUNT_WORDS.get(len(given), str(len(given)))} limits, e.g. limits: [{split}]"
         )
-    if tokens is None and usd is None:
-        return "has neither tokens nor usd: give one, e.g. {tokens: 500, per: Day} or {usd: 5, per: Day}"
+    if not given:
+        return (
+            "has none of tokens, usd or calls: give one, e.g. {tokens: 500, per: Day}, {usd: 5, per: Day} or "
+            "{calls: 60, per: Minute}"
+        )
     if per is None:
-        return f"has {'tokens' if tokens is not None else 'usd'} but no per: add the window, e.g. per: Day"
+        return f"has {next(iter(given))} but no per: add the window, e.g. per: Day"
     return None
 
 
 class _LimitFields(ConfigModel):
-    """What a limit is written with: `tokens` or `usd` per a `per` window (a `Limit`, or a `Budget` in the
-    short form)."""
+    """What a limit is written with: `tokens`, `usd` or `calls` per a `per` window (a `Limit`, or a `Budget` in
+    the short form)."""
 
     tokens: TokenCount | None = Field(
         default=None,
         description=(
             f"Tokens each actor may spend per window: 1 to {MAX_TOKENS:,} (Envoy Gateway's uint32). Exactly one of "
-            "`tokens` and `usd`; written on a budget itself, the short form (then no `limits`)."
+            "`tokens`, `usd` and `calls`; written on a budget itself, the short form (then no `limits`)."
         ),
     )
     usd: UsdAmount | None = Field(
         default=None,
         description=(
             "Dollars each actor may spend per window: 0.01 to 1,000,000, counted in mills ($0.001); calls are priced "
-            "from `prices`. Exactly one of `tokens` and `usd`; written on a budget itself, the short form (then no "
-            "`limits`)."
+            "from `prices`. Exactly one of `tokens`, `usd` and `calls`; written on a budget itself, the short form "
+            "(then no `limits`)."
+        ),
+    )
+    calls: CallCount | None = Field(
+        default=None,
+        description=(
+            f"Calls each actor may start per window: 1 to {MAX_TOKENS:,}, refused calls included. Bounds how many "
+            "calls run at once, and so how far the other limits can be overshot (stack output `worstCase`). Exactly "
+            "one of `tokens`, `usd` and `calls`."
         ),
     )
     per: str | None = Field(default=None, description=f"The window: {WINDOWS_TEXT}.")
@@ -107,6 +140,15 @@ class _LimitFields(ConfigModel):
     def _whole_tokens(cls, value: Any) -> Any:
         return _tokens(value)
 
+    @field_validator("calls", mode="before")
+    @classmethod
+    def _whole_calls(cls, value: Any) -> Any:
+        return _calls(value)
+
+    def amounts(self) -> dict[str, Any]:
+        """Each unit's amount as written (None when absent), in LIMIT_UNITS order."""
+        return {"tokens": self.tokens, "usd": self.usd, "calls": self.calls}
+
     @field_validator("per")
     @classmethod
     def _known_unit(cls, value: str | None) -> str | None:
@@ -114,13 +156,13 @@ class _LimitFields(ConfigModel):
 
 
 class Limit(_LimitFields):
-    """One limit of a budget: `tokens` or `usd` per fixed, UTC-aligned `per` window."""
+    """One limit of a budget: `tokens`, `usd` or `calls` per fixed, UTC-aligned `per` window."""
 
     per: str = Field(description=f"The window: {WINDOWS_TEXT}.")
 
     @model_validator(mode="after")
     def _one_unit(self) -> Limit:
-        problem = _limit_problem(self.tokens, self.usd, self.per)
+        problem = _limit_problem(self.amounts(), self.per)
         if problem:
             raise ValueError(problem)
         return self
@@ -132,8 +174,8 @@ class Budget(_LimitFields):
     limits: list[Limit] | None = Field(
         default=None,
         description=(
-            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd, per}}`), every one applies; a budget "
-            "with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
+            f"Long form: 1 to {MAX_LIMITS_PER_BUDGET} limits (`{{tokens|usd|calls, per}}`), every one applies; a "
+            "budget with more than one needs `budgetPolicy.limitSlots` at least as large. Append only."
         ),
     )
 
@@ -154,17 +196,15 @@ class Budget(_LimitFields):
 
     @model_validator(mode="after")
     def _one_form(self) -> Budget:
-        inline = [
-            key for key, value in (("tokens", self.tokens), ("usd", self.usd), ("per", self.per)) if value is not None
-        ]
+        inline = [key for key, value in {**self.amounts(), "per": self.per}.items() if value is not None]
         if self.limits is not None:
             if inline:
                 raise ValueError(
-                    f"has both limits and {', '.join(inline)}: use either the short form ({{tokens|usd, per}} on the "
-                    "budget) or limits, not both. Move the inline limit into limits"
+                    f"has both limits and {', '.join(inline)}: use either the short form ({{tokens|usd|calls, per}} on "
+                    "the budget) or limits, not both. Move the inline limit into limits"
                 )
             return self
-        problem = _limit_problem(self.tokens, self.usd, self.per)
+        problem = _limit_problem(self.amounts(), self.per)
         if problem:
             raise ValueError(problem)
         return self
@@ -173,9 +213,8 @@ class Budget(_LimitFields):
         """Every limit of the budget, in order (the short form is one limit)."""
         if self.limits is not None:
             return list(self.limits)
-        if self.usd is not None:
-            return [Limit(usd=self.usd, per=self.per)]  # type: ignore[arg-type]
-        return [Limit(tokens=self.tokens, per=self.per)]  # type: ignore[arg-type]
+        given = {unit: amount for unit, amount in self.amounts().items() if amount is not None}
+        return [Limit(**given, per=self.per)]
 
 
 class BudgetClass(Budget):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from core import money
-from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, ConfigModel, check_dns_label
+from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, DURATION, ConfigModel, check_dns_label
+from core.settings.budgets import MAX_TOKENS
 
 MAX_MODELS_PER_ROUTE = 128
 """The most model names one route serves."""
+DEFAULT_REQUEST_TIMEOUT = "60s"
+"""Agent Router's request timeout for a route rule that sets none (envoyproxy/ai-gateway v1.1.0
+api/v1beta1/ai_gateway_route_helper.go `defaultRequestTimeout`): the whole response, streams included."""
 ProviderKind = Literal["mock", "openai", "anthropic"]
 PROVIDER_DEFAULT_HOSTS: dict[str, str] = {
     "openai": "api.openai.com",
@@ -83,6 +88,15 @@ class Provider(ConfigModel):
         return self.kind != "mock"
 
 
+_DURATION_PART = re.compile(r"([0-9]{1,5})(ms|h|m|s)")
+_DURATION_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def duration_seconds(text: str) -> float:
+    """A Gateway API duration (GEP-2257: `1h30m`, `500ms`) in seconds."""
+    return sum(int(number) * _DURATION_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+
+
 class Route(ConfigModel):
     """A model route: requests naming one of `models` go to `provider`. All routes share budgets."""
 
@@ -98,11 +112,67 @@ class Route(ConfigModel):
             "limit it needs its own entry under `prices`."
         ),
     )
+    max_output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description=(
+            "Output-token ceiling written into every request of this route (OpenAI `max_completion_tokens`, with "
+            "`max_tokens` removed and `n` set to 1; Anthropic `max_tokens`). It replaces whatever the agent asked "
+            "for, smaller values included. Unset: the agent's value passes."
+        ),
+    )
+    context_window: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description=(
+            "The largest context window (input and output tokens of one call) of the route's models, as the provider "
+            "documents it, including any window an agent can unlock with a request header. Not enforced by the "
+            "gateway (the provider refuses a call that does not fit): it bounds a call's cost in `worstCase`."
+        ),
+    )
+    request_timeout: str | None = Field(
+        default=None,
+        description=(
+            f"The longest a call may take, its whole response or stream included (a Gateway API duration such as "
+            f"`300s` or `10m`); unset: Agent Router's {DEFAULT_REQUEST_TIMEOUT}. A call cut by it is charged "
+            "nothing (docs/budgets.md)."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return check_dns_label(value, "route name")
+
+    @field_validator("request_timeout")
+    @classmethod
+    def _timeout(cls, value: str | None) -> str | None:
+        if value is not None and not DURATION.match(value):
+            raise ValueError(f"requestTimeout {value!r} is not a Gateway API duration such as 60s, 10m or 1h30m")
+        if value is not None and duration_seconds(value) == 0:
+            raise ValueError(
+                f"requestTimeout {value!r} would disable the timeout, and with it the bound on how long a call can run "
+                "(and on how many run at once): give a positive duration such as 10m"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _ceiling_below_window(self) -> Route:
+        ceiling, window = self.max_output_tokens, self.context_window
+        if ceiling is not None and window is not None and ceiling >= window:
+            raise ValueError(
+                f"maxOutputTokens {ceiling} is not below contextWindow {window}: the window holds the input and the "
+                "output of a call, so a ceiling at or above it bounds nothing. Lower maxOutputTokens, or check "
+                "contextWindow"
+            )
+        return self
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The request timeout in seconds (Agent Router's default when unset)."""
+        return duration_seconds(self.request_timeout or DEFAULT_REQUEST_TIMEOUT)
 
     @field_validator("models")
     @classmethod

@@ -1,0 +1,139 @@
+"""What one call can cost: the output-token ceiling a route writes into every request, and the most one call
+through a route can be charged.
+
+Pure functions over plain data. Facts, each checked in upstream source:
+
+* Agent Router applies a route backendRef's `bodyMutation` in its upstream (per-backend) filter, **after**
+  translating the request into the backend's schema, to the body that goes to the provider: `remove` first,
+  then `set`, top-level fields only, a value that looks like JSON inserted as JSON (envoyproxy/ai-gateway
+  v1.1.0 `internal/bodymutator/body_mutator.go`, `internal/extproc/processor_impl.go` and `util.go`
+  `applyBodyMutation`; merged over the AIServiceBackend's own with the route's winning,
+  `internal/controller/gateway.go` `mergeBodyMutations`; CRD `api/v1beta1/ai_gateway_route.go`
+  `HTTPBodyMutation`, at most 16 fields each). So the field is the one the *backend's* schema reads,
+  whatever endpoint the agent called, and it replaces whatever the agent asked for, smaller values too.
+  The mutation applies to every request the route forwards, whatever the endpoint.
+* OpenAI schema: `max_completion_tokens` bounds the whole completion, reasoning tokens included; OpenAI's
+  reasoning models (o1, o3, o4-mini, gpt-5) refuse `max_tokens` with 400 "Unsupported parameter: 'max_tokens'
+  is not supported with this model. Use 'max_completion_tokens' instead" (e.g. openai/openai-python#2046), and
+  the other chat models accept both, `max_tokens` deprecated. So the ceiling sets `max_completion_tokens`
+  and removes `max_tokens`. It also sets `n` to 1: with `n` choices a call generates up to `n` completions,
+  each up to the ceiling, and is charged for all of them.
+* Anthropic schema: `max_tokens` (required by the Messages API) bounds the output, extended-thinking tokens
+  included; `thinking.budget_tokens` must stay below it, so a ceiling under an agent's thinking budget makes
+  those calls fail with 400.
+* What still bounds the input is the model's context window: the provider refuses a call whose input and
+  requested output do not fit. The gateway cannot enforce it; `routes[].contextWindow` declares it, and it
+  bounds a call's tokens: input plus output never exceed the window.
+* The in-cluster mock reports the same usage for every call (`mockModel.totalTokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.money import MAX_MILLS_PER_CALL, ModelPrice, Usage, call_cost_mills
+
+ApiSchema = Literal["OpenAI", "Anthropic"]
+
+OPENAI_CEILING_FIELD = "max_completion_tokens"
+OPENAI_LEGACY_CEILING_FIELD = "max_tokens"
+OPENAI_CHOICES_FIELD = "n"
+ANTHROPIC_CEILING_FIELD = "max_tokens"
+
+
+def api_schema(provider_kind: str) -> ApiSchema:
+    """The AIServiceBackend schema of a provider kind: Anthropic's own API, or OpenAI's (the mock speaks it)."""
+    return "Anthropic" if provider_kind == "anthropic" else "OpenAI"
+
+
+def ceiling_body_mutation(provider_kind: str, max_output_tokens: int) -> dict[str, Any]:
+    """The route backendRef `bodyMutation` that caps every call's output at `max_output_tokens`."""
+    if api_schema(provider_kind) == "Anthropic":
+        return {"set": [{"path": ANTHROPIC_CEILING_FIELD, "value": str(max_output_tokens)}]}
+    return {
+        "set": [
+            {"path": OPENAI_CEILING_FIELD, "value": str(max_output_tokens)},
+            {"path": OPENAI_CHOICES_FIELD, "value": "1"},
+        ],
+        "remove": [OPENAI_LEGACY_CEILING_FIELD],
+    }
+
+
+@dataclass(frozen=True)
+class RouteFacts:
+    """What the per-call bound of one route depends on, as plain data."""
+
+    key: str
+    """The route's configuration key, e.g. `routes[1]`, for messages."""
+    name: str
+    provider_kind: str
+    models: tuple[str, ...]
+    max_output_tokens: int | None
+    context_window: int | None
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class CallBound:
+    """The most one call through a route can be charged, or what to set for there to be a most."""
+
+    route: str
+    tokens: int | None
+    mills: int | None
+    timeout_seconds: float
+    missing: tuple[str, ...] = ()
+    """The configuration keys that would bound it (empty when bounded)."""
+
+    @property
+    def bounded(self) -> bool:
+        return not self.missing
+
+
+def dearest_prices(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> ModelPrice | None:
+    """The dearest price of each token kind among `models` (what the route's cost expression charges a model it
+    has no price for), or None when a model has no price at all."""
+    if not models or any(model not in prices for model in models):
+        return None
+    kinds = [prices[model] for model in models]
+    return ModelPrice(
+        input=max(p.input for p in kinds),
+        cached_input=max(p.cached_input for p in kinds),
+        cache_write=max(p.cache_write for p in kinds),
+        output=max(p.output for p in kinds),
+    )
+
+
+def _dearest_call_mills(window: int, ceiling: int, price: ModelPrice) -> int:
+    """The priciest call that fits the window with at most `ceiling` output tokens: every input token at the
+    dearest input kind, and all the output the ceiling allows (or none, if input is dearer)."""
+    dearest_input = max(price.input, price.cached_input, price.cache_write)
+    flat = ModelPrice(input=dearest_input, cached_input=dearest_input, cache_write=dearest_input, output=price.output)
+    output = min(ceiling, window)
+    return max(
+        call_cost_mills(flat, Usage(input_tokens=window)),
+        call_cost_mills(flat, Usage(input_tokens=window - output, output_tokens=output)),
+    )
+
+
+def call_bound(route: RouteFacts, prices: Mapping[str, ModelPrice], mock_total_tokens: int) -> CallBound:
+    """The most one call through `route` can be charged, in tokens and (when every model is priced) in mills."""
+    price = dearest_prices(route.models, prices)
+    if route.provider_kind == "mock":
+        # The mock reports the same total for every call; priced as if every token were of the dearest kind.
+        mills = None if price is None else _dearest_call_mills(mock_total_tokens, mock_total_tokens, price)
+        return CallBound(route.name, mock_total_tokens, mills, route.timeout_seconds)
+    missing: list[str] = []
+    if route.context_window is None:
+        missing.append(f"{route.key}.contextWindow")
+    if route.max_output_tokens is None and api_schema(route.provider_kind) == "OpenAI":
+        # Without the ceiling's `n: 1` one call can ask for many choices, each as long as the window allows.
+        missing.append(f"{route.key}.maxOutputTokens")
+    if missing:
+        return CallBound(route.name, None, None, route.timeout_seconds, tuple(missing))
+    assert route.context_window is not None
+    window = route.context_window
+    ceiling = route.max_output_tokens if route.max_output_tokens is not None else window
+    mills = None if price is None else min(_dearest_call_mills(window, ceiling, price), MAX_MILLS_PER_CALL)
+    return CallBound(route.name, window, mills, route.timeout_seconds)
