@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,21 @@ from tests.support.crds import summary_lines
 from tests.support.redis_server import LocalRedis, local_redis, redis_binaries
 
 REDIS_PASSWORD = "test-redis-password-7f3a"
+
+GIT_REPOSITORY_VARIABLES = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+)
+"""Variables that point git at a repository. `git rebase --exec 'make test'` in a linked worktree exports
+GIT_DIR, and every git the tests run (fixture checkouts, scripts/up.sh) would then work on this checkout's
+repository instead of its own folder: commits, tags, remotes, even `core.bare` in the shared config."""
+for _variable in GIT_REPOSITORY_VARIABLES:
+    os.environ.pop(_variable, None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests import conftest
@@ -37,3 +39,11 @@ def test_without_redis_server_a_self_starting_test_skips_on_a_laptop_and_fails_o
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="redis-server not found"):
         conftest.require_redis_binaries()
+
+
+def test_the_suite_runs_git_on_its_own_folders_only():
+    """tests/conftest.py drops the variables that point git at a repository: under `git rebase --exec` in a
+    linked worktree, GIT_DIR names this checkout's repository, and the fixture checkouts of tests/test_up_idp.py
+    (and scripts/up.sh under test) would commit, tag and reconfigure it instead of their own folders."""
+    assert {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"} <= set(conftest.GIT_REPOSITORY_VARIABLES)
+    assert [name for name in conftest.GIT_REPOSITORY_VARIABLES if name in os.environ] == []
