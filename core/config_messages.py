@@ -106,9 +106,40 @@ def is_sensitive(field: FieldInfo | None) -> bool:
 
 def expected_text(field: FieldInfo | None) -> str:
     """What a field holds, in stack-file words: `a whole number`, `a list`, `one of 'a', 'b'`, ..."""
-    if field is None:
-        return "a value"
-    annotation = unwrap_annotated(field.annotation)
+    return annotation_text(field.annotation) if field is not None else "a value"
+
+
+def _without_none(annotation: Any) -> Any:
+    """`X | None` → `X` (inside any `Annotated` layers); anything else unchanged."""
+    annotation = unwrap_annotated(annotation)
+    options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(options) == 1:
+        return unwrap_annotated(options[0])
+    return annotation
+
+
+def item_annotation(field: FieldInfo) -> Any:
+    """What one item of a list or map field holds (`list[X]`, `dict[str, X]` → X), or None for other fields."""
+    annotation = _without_none(field.annotation)
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return typing.get_args(annotation)[0]
+    if origin is dict:
+        return typing.get_args(annotation)[1]
+    return None
+
+
+def names_an_item(parts: Sequence[str | int], field: FieldInfo | None) -> bool:
+    """Whether a key path ends inside a list or map field (`actors[1]`, `monitoring.ruleLabels.team`) rather than
+    at the field itself (`actors`)."""
+    if field is None or not parts or item_annotation(field) is None:
+        return False
+    return isinstance(parts[-1], int) or parts[-1] != field.alias
+
+
+def annotation_text(annotation: Any) -> str:
+    """What a value of this type is, in stack-file words."""
+    annotation = unwrap_annotated(annotation)
     options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(options) == 1:
         annotation = unwrap_annotated(options[0])
@@ -176,7 +207,7 @@ def _range_text(field: FieldInfo | None) -> str | None:
 
 def short(value: Any) -> str:
     """`repr` of a value, cut to a readable length."""
-    text = repr(value)
+    text = repr(value[:80] if isinstance(value, str) else value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -238,20 +269,22 @@ def describe_field_error(error: ErrorDetails) -> Problem:
             f"is empty (YAML null: `~`, `null` or nothing after the colon): give {parts[-1]} its settings, "
             f"{_map_entry_fields(entry_model)}, e.g. {parts[-1]}: {{{example}}}",
         )
+    item = names_an_item(parts, field)
+    expected = annotation_text(item_annotation(field)) if item and field is not None else expected_text(field)
     if value is None:
-        default = default_text(field)
+        default = None if item else default_text(field)
         fix = f"remove the key to use the default ({default})" if default else "it is required"
-        return Problem(
-            key, f"is empty (YAML null: `~`, `null` or nothing after the colon): give {expected_text(field)}, or {fix}"
-        )
-    expected = expected_text(field)
+        if item:
+            fix = f"remove the {'entry' if isinstance(parts[-1], int) else 'key'}"
+        return Problem(key, f"is empty (YAML null: `~`, `null` or nothing after the colon): give {expected}, or {fix}")
     if expected == "a list" and isinstance(value, Mapping):
         return Problem(key, f"got a map where a list belongs: write it {_list_form(parts, value)}")
     if expected == "a list" and isinstance(value, str | int | float):
         return Problem(key, f"got a single value {short(value)}: write a list, e.g. {parts[-1]}: [{value}]")
     if (expected == "a map of settings" or kind in {"model_type", "dict_type"}) and not isinstance(value, Mapping):
+        holder = "entry" if item and isinstance(parts[-1], int) else "key"
         return Problem(
-            key, f"got {short(value)}: this key holds a map of settings (`key: value` lines indented below it)"
+            key, f"got {short(value)}: this {holder} holds a map of settings (`key: value` lines indented below it)"
         )
     if kind in {"int_parsing", "int_type", "int_from_float"}:
         if isinstance(value, str):

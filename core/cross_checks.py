@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from core import egress, money
-from core.config_messages import aliases, field_at, model_at
+from core.config_messages import aliases, field_at, model_at, short
 from core.problems import PROJECT, Problem
 from core.settings import (
     PROVIDER_DEFAULT_HOSTS,
@@ -118,6 +118,14 @@ def _name(entry: Mapping[str, Any]) -> Any:
     return entry.get("name")
 
 
+def listing(names: list[str], most: int = 10) -> str:
+    """Names for a message, each cut short and at most `most` of them: a message quotes the configuration, and a
+    long list of long names would make every line of the report as long as the whole configuration."""
+    shown = ", ".join(name if len(name) <= 80 else name[:77] + "..." for name in names[:most])
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return shown + more if shown else "none"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Actors and budgets
 
@@ -145,7 +153,7 @@ def check_actors_listed_once(view: ConfigView) -> Iterator[Problem]:
     actors = dict(view.strings("actors") or [])
     for index, first in _repeated(actors.items()).items():
         yield Problem(
-            f"actors[{index}]", f"{actors[index]!r} is listed twice (also actors[{first}]): list each actor once"
+            f"actors[{index}]", f"{short(actors[index])} is listed twice (also actors[{first}]): list each actor once"
         )
 
 
@@ -156,7 +164,7 @@ def _names_used_twice(view: ConfigView, path: tuple[str, ...], what: str) -> Ite
     for index, first in _repeated(names.items()).items():
         yield Problem(
             f"{where}[{index}].name",
-            f"{names[index]!r} is used twice (also {listed}[{first}]): {what} names must be unique",
+            f"{short(names[index])} is used twice (also {listed}[{first}]): {what} names must be unique",
         )
 
 
@@ -174,12 +182,14 @@ def check_class_members(view: ConfigView) -> Iterator[Problem]:
         for actor_index, actor in view.strings("budgets", "classes", class_index, "actors") or []:
             key = f"budgets.classes[{class_index}].actors[{actor_index}]"
             if known is not None and actor not in known:
-                yield Problem(key, f"{actor!r} (class {class_name!r}) is not in {PROJECT}:actors: add it there first")
+                yield Problem(
+                    key, f"{short(actor)} (class {short(class_name)}) is not in {PROJECT}:actors: add it there first"
+                )
             if actor in owner:
                 yield Problem(
                     key,
-                    f"{actor!r} is in class {owner[actor]!r} and class {class_name!r}: an actor may be in at most "
-                    "one class (every matching rule applies, so the smaller budget would win)",
+                    f"{short(actor)} is in class {short(owner[actor])} and class {short(class_name)}: an actor may be "
+                    "in at most one class (every matching rule applies, so the smaller budget would win)",
                 )
             else:
                 owner[actor] = class_name
@@ -195,11 +205,11 @@ def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
         if known is not None and actor not in known:
             yield Problem(
                 key,
-                f"{actor!r} is not in {PROJECT}:actors: only a listed actor can be suspended. Add it to actors, or "
-                "remove it here (an actor that is not listed has no egress policy and cannot call the gateway)",
+                f"{short(actor)} is not in {PROJECT}:actors: only a listed actor can be suspended. Add it to actors, "
+                "or remove it here (an actor that is not listed has no egress policy and cannot call the gateway)",
             )
         if index in repeats:
-            yield Problem(key, f"{actor!r} is listed twice (also suspended[{repeats[index]}]): list it once")
+            yield Problem(key, f"{short(actor)} is listed twice (also suspended[{repeats[index]}]): list it once")
 
 
 def _usd_limit_keys(view: ConfigView) -> list[str]:
@@ -265,14 +275,14 @@ def check_route_models_priced(view: ConfigView) -> Iterator[Problem]:
             continue
         if where.endswith(".modelNameOverride"):
             reason = (
-                f"{where} sends every call of that route upstream as {model!r}, and Agent Router prices a call by "
+                f"{where} sends every call of that route upstream as {short(model)}, and Agent Router prices a call by "
                 "the model name it sends upstream, not the one the agent asked for"
             )
         else:
             reason = where
         yield Problem(
             "prices",
-            f"has no price for model {model!r} ({reason}), but {usd_keys[0]} is a budget in dollars: calls to it "
+            f"has no price for model {short(model)} ({reason}), but {usd_keys[0]} is a budget in dollars: calls to it "
             f"would cost nothing. Add `{model}: {{input: <USD per 1M tokens>, output: <USD per 1M tokens>}}` "
             f"under {PROJECT}:prices",
         )
@@ -291,12 +301,12 @@ def price_warnings(view: ConfigView) -> list[Problem]:
         if model in overridden:
             index, override = overridden[model]
             message = (
-                f"routes[{index}] sends {model!r} upstream as {override!r} (modelNameOverride), and calls are priced "
-                f"by that name, so this price is never used: the price of {override!r} applies"
+                f"routes[{index}] sends {short(model)} upstream as {short(override)} (modelNameOverride), and calls "
+                f"are priced by that name, so this price is never used: the price of {short(override)} applies"
             )
         else:
             message = (
-                f"no route serves model {model!r}, so this price is never used: check the spelling against "
+                f"no route serves model {short(model)}, so this price is never used: check the spelling against "
                 f"{PROJECT}:routes[].models (the names agents send), or remove it"
             )
         warnings.append(Problem(f"prices.{model}", message))
@@ -328,7 +338,7 @@ def check_providers(view: ConfigView) -> Iterator[Problem]:
             if remote:
                 yield Problem(
                     f"providers[{index}]",
-                    f"provider {name!r} is kind mock: it runs in the cluster, so {', '.join(remote)} "
+                    f"provider {short(name)} is kind mock: it runs in the cluster, so {', '.join(remote)} "
                     "do not apply (remove them)",
                 )
         if entry.get("kind") == "anthropic":
@@ -340,7 +350,7 @@ def check_providers(view: ConfigView) -> Iterator[Problem]:
             if too_old:
                 yield Problem(
                     f"providers[{index}].kind",
-                    f"provider {name!r} is anthropic, but Agent Router {version} cannot translate "
+                    f"provider {short(name)} is anthropic, but Agent Router {version} cannot translate "
                     f"/v1/chat/completions to Anthropic's API: set {PROJECT}:platform.agentRouterVersion to "
                     "v1.2.0 or newer",
                 )
@@ -363,14 +373,15 @@ def check_routes(view: ConfigView) -> Iterator[Problem]:
         if providers is not None and isinstance(provider, str) and provider not in providers:
             yield Problem(
                 f"routes[{index}].provider",
-                f"{provider!r} is not a configured provider (have {', '.join(providers) or 'none'}): "
+                f"{short(provider)} is not a configured provider (have {listing(providers)}): "
                 f"add it to {PROJECT}:providers or fix the name",
             )
         for model_index, model in view.strings("routes", index, "models") or []:
             if model in served_by and served_by[model] != name:
                 yield Problem(
                     f"routes[{index}].models[{model_index}]",
-                    f"{model!r} is already served by route {served_by[model]!r}: each model name belongs to one route",
+                    f"{short(model)} is already served by route {short(served_by[model])}: each model name belongs to "
+                    "one route",
                 )
             served_by.setdefault(model, name if isinstance(name, str) else f"routes[{index}]")
 
@@ -426,7 +437,7 @@ def check_redis_mode(view: ConfigView) -> Iterator[Problem]:
         if "sentinelPasswordConfig" in written and redis_type != "sentinel":
             yield Problem(
                 "redis.sentinelPasswordConfig",
-                f"applies only to type sentinel (type is {redis_type!r}): remove it, or set redis.type: sentinel",
+                f"applies only to type sentinel (type is {short(redis_type)}): remove it, or set redis.type: sentinel",
             )
         for name in REDIS_IN_CLUSTER_ONLY:
             key = aliases_of_redis()[name]

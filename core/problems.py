@@ -28,8 +28,20 @@ class Problem:
         return f"{PROJECT}:{self.key}" if self.key else f"{PROJECT}:<config>"
 
     def render(self) -> str:
-        """The report line: `agent-budgets:<key>: <message>`."""
-        return f"{self.full_key}: {self.message}"
+        """The report line: `agent-budgets:<key>: <message>`, on one line and printable whatever the user wrote."""
+        return printable(f"{self.full_key}: {self.message}")
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable escaped as Python writes it (`\\n`, `\\u202e`, `\\ud800`).
+
+    A message quotes what the user wrote, and a report line must stay one line of UTF-8 that reads as it is:
+    a newline would split it, a right-to-left override would reorder it on screen, a lone surrogate could not
+    be sent to the engine at all.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def key_path(parts: Iterable[str | int]) -> str:

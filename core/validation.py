@@ -4,6 +4,7 @@
 `SECRET_PLACEHOLDER`) and a way to ask whether a secret is set, and returns typed settings, the compiled
 budget rules and the warnings to print, or raises `ConfigError` with every problem at once:
 
+0. text: every key and string can be written as UTF-8 (core.config_text);
 1. key shape: flat dotted keys, snake_case, renamed and unknown keys (core.config_messages);
 2. every field, through the pydantic models (core.settings), with messages for common mistakes;
 3. every cross-key check (core.cross_checks), each skipping only what a field error makes impossible;
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
+from core.config_text import reported_elsewhere, text_problems
 from core.cross_checks import ConfigView, cross_key_problems, dashboard_warnings, no_actors_finding, price_warnings
 from core.egress import EgressPolicySettings, settings_problems
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
@@ -93,9 +95,11 @@ def expected_secret_keys(view: ConfigView) -> dict[str, str]:
     needed: dict[str, str] = {}
     for _, entry in view.entries("providers"):
         kind, name = entry.get("kind"), entry.get("name")
-        if kind in PROVIDER_DEFAULT_HOSTS and isinstance(name, str):
+        # Any value may stand where text belongs (`kind: [openai]`): only text is looked up.
+        if isinstance(kind, str) and kind in PROVIDER_DEFAULT_HOSTS and isinstance(name, str):
             key = entry.get("apiKeyConfig") or f"{name}ApiKey"
-            needed[str(key)] = f"the API key of provider {name!r} ({kind})"
+            if isinstance(key, str):  # any other value is wrong in itself, and its field error says so
+                needed[key] = f"the API key of provider {name!r} ({kind})"
     if view.get("redis", "mode") == "external":
         key = view.get("redis", "passwordConfig")
         needed[str(key if isinstance(key, str) else "redisPassword")] = "the password of the external Redis"
@@ -149,7 +153,10 @@ def _field_problems(sections: Mapping[str, Any], findings: _Findings) -> frozens
         StackSettings.model_validate(sections, by_alias=True, by_name=False)
     except ValidationError as error:
         details = error.errors(include_url=False)
-        findings.problems.extend(describe_field_error(detail) for detail in details)
+        # A string pydantic cannot read as Unicode holds a lone surrogate: step 0 reported it by its key.
+        findings.problems.extend(
+            describe_field_error(detail) for detail in details if detail["type"] != "string_unicode"
+        )
         return frozenset(str(detail["loc"][0]) for detail in details if detail.get("loc"))
     return frozenset()
 
@@ -159,6 +166,8 @@ def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
     findings = _Findings()
     sections = _split_keys(raw, findings)
     failed = _field_problems(sections, findings)
+    text = [problem for problem in text_problems(raw) if not reported_elsewhere(problem, findings.problems)]
+    findings.problems[:0] = text
     view = ConfigView(sections, failed)
     errors, warnings = no_actors_finding(view)
     findings.problems.extend(errors)

@@ -717,6 +717,25 @@ def _egress_rule_documents(resource: Resource) -> list[list[Any]]:
     return documents
 
 
+# The settings of a shard that `PolicyInputs.from_props` reads as lists of text: a list (or one text) is a
+# setting, anything else is not one the provider could have been given.
+_LIST_SETTINGS = ("audiences", "extra_hostnames", "provider_hosts")
+
+
+def _unreadable_settings(resource: Resource) -> list[str]:
+    """The shard settings that are no list of text, so neither the provider nor this rule can build rules."""
+    return [
+        key
+        for key in _LIST_SETTINGS
+        if not (
+            resource.props.get(key) is None
+            or isinstance(value := resource.props[key], str)
+            or (isinstance(value, list) and not has_unknown(value))
+        )
+        and resource.props.get(key) is not UNKNOWN
+    ]
+
+
 def _rule_kind(rule: Any) -> tuple[str, dict[str, Any]]:
     if not isinstance(rule, dict) or len(rule) != 1:
         return "", {}
@@ -741,6 +760,13 @@ def check_egress_reaches_only_the_gateway(resource: Resource, config: Mapping[st
     exist, each an effect-free tlsPassthrough toward a host that is neither a model provider nor the gateway."""
     if not is_egress_policy(resource):
         return []
+    unreadable = _unreadable_settings(resource)
+    if unreadable:
+        return [
+            f"{resource.describe()}: {', '.join(unreadable)} must each be a list of host names or audiences, got "
+            f"{', '.join(repr(resource.props[key])[:80] for key in unreadable)}: the egress-policy provider cannot "
+            "build the actors' rules from them. Restore the shard's inputs as the program declares them"
+        ]
     problems: list[str] = []
     for rules in _egress_rule_documents(resource):
         problems += [p for p in _egress_document_problems(resource, rules, config) if p not in problems]
@@ -1020,6 +1046,8 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
     problems.extend(_jwt_presence_problems(resources, budget_policies))
     actors = sorted({ref for r in resources if is_egress_policy(r) for ref in egress_actors(r)})
     for policy in budget_policies:
+        if not all(well_formed(rule) for rule in policy.rules):
+            continue  # the API server refuses it by its CRD schema
         if any(has_unknown(rule) for rule in policy.rules) or not _regexes_valid(policy.rules):
             continue  # unknown during preview, or already reported as an invalid pattern
         namespace = policy.resource.namespace
@@ -1076,6 +1104,37 @@ def admitted_actors(rule: Mapping[str, Any]) -> tuple[tuple[str, str, str, bool]
         if m.get("type") != "Distinct" and not (m.get("value") == MATCHES_NOTHING and m.get("invert") is True)
     }
     return tuple(sorted(admission))
+
+
+def well_formed(rule: Mapping[str, Any]) -> bool:
+    """Whether a rate-limit rule has the shape its CRD requires wherever the rule-translation model reads it:
+    selectors and header matches are maps, a match has a text name (type and value text, invert a boolean), the
+    limit a whole number of requests in a unit. Anything else never reaches Envoy Gateway: the API server refuses
+    the policy by its schema, so the coverage rule has nothing to model."""
+    selectors = rule.get("clientSelectors")
+    if selectors is not None and not isinstance(selectors, list):
+        return False
+    for selector in selectors or []:
+        headers = selector.get("headers") if isinstance(selector, dict) else ()
+        if not isinstance(headers, list | None):
+            return False
+        for match in headers or []:
+            if not (
+                isinstance(match, dict)
+                and isinstance(match.get("name"), str)
+                and isinstance(match.get("type", "Exact"), str | None)
+                and isinstance(match.get("value", ""), str | None)
+                and isinstance(match.get("invert", False), bool)
+            ):
+                return False
+    limit = rule.get("limit")
+    requests = limit.get("requests") if isinstance(limit, dict) else None
+    return (
+        isinstance(requests, int)
+        and not isinstance(requests, bool)
+        and isinstance(limit.get("unit"), str)
+        and isinstance(rule.get("shared", False), bool)
+    )
 
 
 def _regexes_valid(budget_rules: list[dict[str, Any]]) -> bool:

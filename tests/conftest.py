@@ -6,12 +6,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.support.ci import skip_or_fail
 from tests.support.crds import summary_lines
+from tests.support.properties import DEFAULT_PROFILE
 from tests.support.redis_server import LocalRedis, local_redis, redis_binaries
 
 REDIS_PASSWORD = "test-redis-password-7f3a"
+# Seeded property tests (tests/support/properties.py); `--hypothesis-profile=explore` overrides it.
+settings.load_profile(DEFAULT_PROFILE)
 
 GIT_REPOSITORY_VARIABLES = (
     "GIT_DIR",

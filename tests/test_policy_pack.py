@@ -1272,6 +1272,37 @@ def test_egress_rules_as_printed_by_kubectl_ate_are_read_like_the_inputs():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Malformed resources the property-based tests found (tests/test_policy_properties.py): messages, not tracebacks
+
+
+def test_a_null_header_match_in_a_budget_rule_does_not_break_the_coverage_rule():
+    """A `null` in a budget rule's headers reached the translation model (AttributeError: 'NoneType' object
+    has no attribute 'get'): such a policy fails its CRD schema, so the coverage rule does not model it."""
+    resources = captured("dev")
+    _budget_rules(resources)[0]["clientSelectors"][0]["headers"].append(None)
+    assert validate(rules.budget_rules_cover_each_actor_once, "dev", resources) == []
+    charged = validate(rules.budget_rules_charge_llm_tokens, "dev", resources)
+    assert charged == []  # the match that is there is still a Distinct one on x-actor-id
+
+
+def test_egress_settings_that_are_no_list_are_a_violation():
+    """`provider_hosts: false` on a shard raised TypeError ('bool' object is not iterable) in the rule."""
+    resources = captured("dev")
+    _egress(resources, "agents/actor-a")["provider_hosts"] = False
+    [message] = validate(rules.egress_reaches_only_the_gateway, "dev", resources)
+    assert "provider_hosts must each be a list of host names or audiences, got False" in message
+    assert "the egress-policy provider cannot build the actors' rules from them" in message
+
+
+def test_written_rules_of_another_shape_compare_unequal_instead_of_failing():
+    """`hostnames: true` in a shard's written rules raised TypeError while they were normalised."""
+    resources = captured("dev")
+    _with_rules(resources, "agents/actor-a", lambda doc: doc[0]["http"].update(hostnames=True))
+    [message] = validate(rules.egress_reaches_only_the_gateway, "dev", resources)
+    assert "egress rule 1 (http) sends the actor JWT to []: the rule with the actorJwt effect must name only" in message
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The translation model the pack relies on (core/ratelimit_model.py): policies Envoy Gateway rejects
 
 _DISTINCT = {"name": "x-actor-id", "type": "Distinct"}

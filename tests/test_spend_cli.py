@@ -260,6 +260,40 @@ def test_unknown_stack_names_the_stacks_that_exist(tmp_path):
     assert err.endswith("Stacks with a file here: dev, prod\n")
 
 
+@pytest.mark.parametrize(
+    "stack",
+    ["x" * 300, "dev\x00", "../dev", "dev prod", "d\udcffv", ""],
+    ids=["longer than a file name may be", "a NUL byte", "a path", "a space", "an undecodable byte", "empty"],
+)
+def test_a_stack_name_pulumi_would_refuse_is_an_input_error(tmp_path, stack):
+    """A 300-character --stack raised OSError (File name too long) from the stack-file lookup."""
+    project = write_project(tmp_path, {"dev": in_cluster_config()})
+    status, out, err = spend_run(project, "--stack", stack)
+    assert (status, out) == (cli.EXIT_INPUT, "")
+    assert err.startswith("spend: ") and "is not a stack name: Pulumi's are 1 to 100 letters, digits" in err
+
+
+def test_a_stack_file_that_is_not_utf8_is_an_input_error(tmp_path):
+    """A stack file saved as Latin-1 raised UnicodeDecodeError while it was read."""
+    project = write_project(tmp_path, {"dev": in_cluster_config()})
+    with (project / "Pulumi.dev.yaml").open("ab") as stack_file:
+        stack_file.write("# owner: Zoë\n".encode("latin-1"))
+    status, out, err = spend_run(project)
+    assert (status, out) == (cli.EXIT_INPUT, "")
+    assert "Pulumi.dev.yaml is not UTF-8 text (byte 0xEB at offset" in err
+    assert err.endswith("save it as UTF-8\n")
+
+
+def test_a_stack_file_nested_too_deep_is_an_input_error(tmp_path):
+    """PyYAML raised RecursionError on a few hundred nested lists."""
+    project = write_project(tmp_path, {"dev": in_cluster_config()})
+    nested = "[" * 2_000 + "]" * 2_000
+    (project / "Pulumi.dev.yaml").write_text(f"config:\n  agent-budgets:actors: {nested}\n", encoding="utf-8")
+    status, out, err = spend_run(project)
+    assert (status, out) == (cli.EXIT_INPUT, "")
+    assert "Pulumi.dev.yaml nests lists or maps deeper than a YAML reader goes" in err
+
+
 def test_invalid_configuration_gives_the_programs_own_messages(tmp_path):
     config = in_cluster_config(budgets={"default": {"tokens": 0, "per": "Fortnight"}}, gateway={"pot": 80})
     project = write_project(tmp_path, {"dev": config})

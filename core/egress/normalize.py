@@ -27,20 +27,20 @@ def _normalize_rule(rule: Any) -> Any:
     if kind is None or not isinstance(body, Mapping):
         return rule  # unrecognised: kept verbatim so that it compares unequal to what we build
     out: dict[str, Any] = {
-        "hostnames": sorted((h.lower() if isinstance(h, str) else h for h in body.get("hostnames") or []), key=str)
+        "hostnames": sorted((h.lower() if isinstance(h, str) else h for h in _items(body.get("hostnames"))), key=str)
     }
     ports = body.get("ports")
     if isinstance(ports, Mapping) and "all" in ports:
         out["ports"] = {"all": {}}
     else:
-        numbers = ports.get("numbers") if isinstance(ports, Mapping) else None
+        numbers = _items(ports.get("numbers")) if isinstance(ports, Mapping) else None
         if numbers:
             out["ports"] = {"numbers": sorted((as_int(n) for n in numbers), key=_sort_key)}
         else:
             default = _DEFAULT_PORTS.get(kind)
             out["ports"] = {"numbers": [default] if default else []}
     effects = body.get("effects")
-    headers = _get(effects, "replaceHeaders", "replace_headers") if isinstance(effects, Mapping) else None
+    headers = _items(_get(effects, "replaceHeaders", "replace_headers")) if isinstance(effects, Mapping) else None
     if headers:
         out["effects"] = {
             "replaceHeaders": sorted(
@@ -48,6 +48,12 @@ def _normalize_rule(rule: Any) -> Any:
             )
         }
     return {kind: out}
+
+
+def _items(value: Any) -> list[Any]:
+    """A list field of a rule as written; anything else (a document that is not what Substrate prints) as none,
+    so that it compares unequal to what we build instead of failing the comparison."""
+    return value if isinstance(value, list) else []
 
 
 def _sort_key(value: Any) -> tuple[int, int, str]:
@@ -61,7 +67,7 @@ def _normalize_header(entry: Any) -> dict[str, Any]:
     jwt = _get(entry, "actorJwt", "actor_jwt")
     if isinstance(jwt, Mapping):
         out["actorJwt"] = {
-            "audiences": sorted(str(a) for a in jwt.get("audiences") or []),
+            "audiences": sorted(str(a) for a in _items(jwt.get("audiences"))),
             "expirationSeconds": as_int(_get(jwt, "expirationSeconds", "expiration_seconds")),
         }
     uri = _get(entry, "credentialUri", "credential_uri")

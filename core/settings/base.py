@@ -46,6 +46,21 @@ def check_dns_label(value: str, what: str) -> str:
     return value
 
 
+def check_command_argument(value: str, what: str, example: str) -> str:
+    """Refuse an empty value, or a control character, in what becomes a kubectl command-line argument or path (the
+    kube context, the kubectl binary): no command line can carry a NUL, and a newline or escape there is a paste
+    gone wrong."""
+    if not value.strip():
+        raise ValueError(f"{what} is empty: name it, e.g. {example}")
+    for position, ch in enumerate(value, start=1):
+        if ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise ValueError(
+                f"{what} {value[:80]!r} holds the control character U+{ord(ch):04X} at character {position}: "
+                "kubectl gets it on its command line, which cannot carry it. Remove it"
+            )
+    return value
+
+
 def whole_number_from_text(text: str) -> int | None:
     """The whole number a human meant by `text` (`"5,000"`, `"5k"`, `"2.5M"`, `"500"`), or None."""
     match = _PROSE_NUMBER.match(text)

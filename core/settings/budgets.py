@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -27,6 +28,8 @@ def _whole_count(value: Any, key: str, example: int, one: str) -> int:
     if isinstance(value, str):
         raise ValueError(f"got {value!r}: {number_text_hint(value, key)}")
     if isinstance(value, float):
+        if not math.isfinite(value):  # YAML's .inf and .nan: no whole number to round to
+            raise ValueError(f"got {value!r}: give a whole number of tokens, e.g. tokens: 500")
         if not value.is_integer():
             raise ValueError(f"got {value!r}: {key} are whole; round it, e.g. {key}: {int(value)}")
         value = int(value)

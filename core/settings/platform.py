@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from core.settings.base import DURATION, QUANTITY, RELEASE_VERSION, ConfigModel, check_dns_label
+from core.settings.base import (
+    DURATION,
+    QUANTITY,
+    RELEASE_VERSION,
+    ConfigModel,
+    check_command_argument,
+    check_dns_label,
+)
 from core.settings.budgets import MAX_LIMITS_PER_BUDGET
 
 
@@ -29,9 +36,7 @@ class KubernetesSettings(ConfigModel):
     @field_validator("context")
     @classmethod
     def _non_empty(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("context is empty: name the kube context, e.g. kind-agent-budgets")
-        return value
+        return check_command_argument(value, "context", "kind-agent-budgets")
 
 
 class GatewaySettings(ConfigModel):

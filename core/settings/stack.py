@@ -140,6 +140,6 @@ def decode_config_value(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
             return value
     return value

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from core import egress
-from core.settings.base import DNS_SUBDOMAIN, GATEWAY_HOSTNAME, ConfigModel
+from core.settings.base import DNS_SUBDOMAIN, GATEWAY_HOSTNAME, ConfigModel, check_command_argument
 
 TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify", "localJwks"]
 # The modes in which Envoy Gateway fetches the actor keys from the IdP at request time (remoteJWKS).
@@ -96,6 +96,11 @@ class EgressConfig(ConfigModel):
             "four times this many processes."
         ),
     )
+
+    @field_validator("kubectl")
+    @classmethod
+    def _kubectl(cls, value: str) -> str:
+        return check_command_argument(value, "kubectl", "kubectl or /usr/local/bin/kubectl")
 
 
 class SubstrateSettings(ConfigModel):

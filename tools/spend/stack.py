@@ -14,6 +14,7 @@ stack files live beside `Pulumi.yaml` unless `stackConfigDir` says otherwise; a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,9 @@ from core.settings import PROJECT, SECRET_PLACEHOLDER, decode_config_value
 from core.validation import ValidatedStack, validate_stack
 
 PROJECT_FILE = "Pulumi.yaml"
+# What Pulumi accepts as a stack name (pulumi/pulumi pkg/backend/filestate/backend.go `validateStackName`,
+# `stackNameAndProjectRegexp`); anything else never names a stack file, however long or odd it is.
+STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}\Z")
 # Keys of a project-level config entry written as a schema rather than a plain value.
 _SCHEMA_KEYS = frozenset({"type", "description", "default", "value", "secret", "items"})
 
@@ -64,8 +68,20 @@ def find_project_dir(start: Path) -> Path:
 def _load_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise StackError(
+            f"{path} is not UTF-8 text (byte 0x{error.object[error.start]:02X} at offset {error.start}; "
+            "an editor may have saved it as Latin-1 or UTF-16): save it as UTF-8"
+        ) from None
     except yaml.YAMLError as error:
         raise StackError(f"{path} is not valid YAML: {error}") from None
+    except OSError as error:
+        raise StackError(f"{path} cannot be read: {error.strerror}") from None
+    except RecursionError:
+        raise StackError(
+            f"{path} nests lists or maps deeper than a YAML reader goes (hundreds of levels): it is no stack file "
+            "a person wrote; restore it from version control"
+        ) from None
 
 
 def _is_secure(value: Any) -> bool:
@@ -124,8 +140,11 @@ def load_stack(project_dir: Path, stack: str) -> StackConfig:
     if not isinstance(project_document, Mapping):
         raise StackError(f"{project_dir / PROJECT_FILE} is not a Pulumi project file")
     config_dir = project_dir / str(project_document.get("stackConfigDir") or ".")
-    if not stack or "/" in stack or stack != stack.strip():
-        raise StackError(f"{stack!r} is not a stack name: use the name of a Pulumi.<stack>.yaml, e.g. dev")
+    if not STACK_NAME.match(stack):
+        raise StackError(
+            f"{stack!r:.120} is not a stack name: Pulumi's are 1 to 100 letters, digits, '-', '_' or '.'; use the "
+            "name of a Pulumi.<stack>.yaml, e.g. dev"
+        )
     path = config_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         known = stack_names(config_dir)
