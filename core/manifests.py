@@ -13,6 +13,7 @@ from typing import Any
 
 from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, LIMIT_SLOTS_ANNOTATION, BudgetRules
 from core.ceilings import api_schema, ceiling_body_mutation
+from core.filter_chain import IDENTITY_BEFORE_AGENT_ROUTER
 from core.money import route_cost_entry
 from core.settings import (
     GATEWAY_CONTROLLER_NAME,
@@ -36,8 +37,21 @@ IDP_BACKEND_NAME = "substrate-idp"
 MOCK_MODEL_NAME = "mock-model"
 MOCK_MODEL_PORT = 8080
 MODEL_HEADER = "x-ai-eg-model"
-UPSTREAM_TIMEOUT_HEADER = "x-envoy-upstream-rq-timeout-ms"
-"""A request header Envoy's router reads as the request's upstream timeout, overriding the route's."""
+UPSTREAM_CONTROL_HEADERS = (
+    "x-envoy-upstream-rq-timeout-ms",
+    "x-envoy-upstream-rq-per-try-timeout-ms",
+    "x-envoy-retry-on",
+    "x-envoy-retry-grpc-on",
+    "x-envoy-max-retries",
+    "x-envoy-retriable-status-codes",
+    "x-envoy-retriable-header-names",
+    "x-envoy-hedge-on-per-try-timeout",
+)
+"""Request headers Envoy's router reads to override a route's timeout or to retry (envoy
+source/common/http/headers.h). Envoy strips them itself only from callers it does not count as internal
+(conn_manager_utility.cc `cleanInternalHeaders`), and which addresses are internal has changed between Envoy
+versions; a caller who could send them would stretch a call past its route's timeout, or make the provider
+bill several attempts of a call that is charged once."""
 API_KEY_SECRET_FIELD = "apiKey"  # the data key Agent Router reads from a provider Secret
 
 
@@ -103,7 +117,13 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
             "EnvoyProxy",
             ENVOY_PROXY_NAME,
             ns,
-            {"provider": {"type": "Kubernetes", "kubernetes": kubernetes}},
+            {
+                "provider": {"type": "Kubernetes", "kubernetes": kubernetes},
+                # custom_response after the identity filters, so that Agent Router's processor, which its
+                # extension server inserts before custom_response, sees the verified x-actor-id
+                # (core.filter_chain: otherwise a retried call is charged nothing).
+                "filterOrder": [dict(position) for position in IDENTITY_BEFORE_AGENT_ROUTER],
+            },
         ),
         Manifest(
             "gateway.networking.k8s.io/v1",
@@ -135,9 +155,9 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
                 # LLM request bodies outgrow Envoy's 32 KiB default.
                 "connection": {"bufferLimit": settings.gateway.request_buffer_limit},
                 # Defence in depth: drop any client-sent x-actor-id before any filter runs; only the
-                # JWT filter may set it, from the verified subject. Drop a client-sent upstream timeout too:
-                # every bound on a budget's overshoot assumes a call ends within its route's timeout.
-                "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER, UPSTREAM_TIMEOUT_HEADER]}},
+                # JWT filter may set it, from the verified subject. Drop client-sent timeouts and retries too:
+                # every bound on a budget's overshoot assumes one attempt that ends within its route's timeout.
+                "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER, *UPSTREAM_CONTROL_HEADERS]}},
             },
         ),
     ]

@@ -14,7 +14,8 @@ Pure builders over plain data. Facts from Envoy Gateway v1.9.0, each checked in 
   refused request never reaches a model, and no rate-limit descriptor is sent for it, so its counters
   are neither checked nor charged. Its local reply is 403 with the body `RBAC: access denied`.
 * A BackendTrafficPolicy `responseOverride` rewrites responses through Envoy's custom_response filter,
-  which EG puts first in the chain (order 0), so it sees local replies too; `source: Local` limits a rule
+  which EG puts first in the chain (order 0) and the program's EnvoyProxy moves right after jwt_authn
+  (core/filter_chain.py), still before rbac, so it sees RBAC's local reply; `source: Local` limits a rule
   to Envoy-generated responses (internal/xds/translator/custom_response.go, `buildLocalReplyPredicate`),
   rules are tried in order, and a `responseHeaders` match needs the header to be present. It can match
   the status code and response headers only, not the reason for the reply.

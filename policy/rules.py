@@ -69,6 +69,13 @@ from core.egress import (
     normalize_rules,
     patterns_overlap,
 )
+from core.filter_chain import (
+    CUSTOM_RESPONSE,
+    IDENTITY_BEFORE_AGENT_ROUTER,
+    JWT_AUTHN,
+    identity_filters_after_agent_router,
+    listener_chain,
+)
 from core.money import USD_METADATA_KEY
 from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
 from core.ratelimit_model import (
@@ -594,6 +601,38 @@ def check_suspension_keeps_the_listener(resource: Resource, config: Mapping[str,
             "overrides even when nobody is suspended"
         ]
     return []
+
+
+# The filters every listener of the program has (core/suspension.py): the budget policy's custom_response,
+# the JWT filter, RBAC (the kill switch) and the shared rate limit.
+_PROGRAM_LISTENER_FILTERS = (
+    f"{CUSTOM_RESPONSE}/backendtrafficpolicy/budget",
+    JWT_AUTHN,
+    "envoy.filters.http.rbac",
+    "envoy.filters.http.ratelimit/budget",
+)
+
+
+def check_agent_router_after_identity(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """An EnvoyProxy orders custom_response after the JWT filter, so that Agent Router's processor (inserted
+    before custom_response) runs after the filter that sets `x-actor-id` (core/filter_chain.py)."""
+    del config
+    if not resource.is_kind("gateway.envoyproxy.io", "EnvoyProxy"):
+        return []
+    filter_order = resource.spec.get("filterOrder")
+    if has_unknown(filter_order):
+        return []
+    positions = [as_dict(position) for position in as_list(filter_order)]
+    chain = listener_chain(_PROGRAM_LISTENER_FILTERS, positions)
+    late = identity_filters_after_agent_router(chain)
+    if not late:
+        return []
+    return [
+        f"{resource.describe()}: Agent Router's processor would run before {', '.join(late)} (Envoy Gateway puts "
+        "custom_response first, and Agent Router inserts itself before it), so it would miss x-actor-id and strip "
+        "it from a retried call, which is then charged nothing. Keep spec.filterOrder "
+        f"{[dict(p) for p in IDENTITY_BEFORE_AGENT_ROUTER]}"
+    ]
 
 
 def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> list[str]:
@@ -1528,6 +1567,17 @@ body_mutations_keep_usage = ResourceValidationPolicy(
     severity=Severity.HIGH,
 )
 
+agent_router_after_identity = ResourceValidationPolicy(
+    name="agent-router-after-identity",
+    description=(
+        "The EnvoyProxy orders custom_response after jwt_authn, so Agent Router's processor runs after the filter "
+        "that sets x-actor-id and a retried call is still charged."
+    ),
+    validate=_resource_validation(check_agent_router_after_identity),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
 suspension_keeps_the_listener = ResourceValidationPolicy(
     name="suspension-keeps-the-listener",
     description=(
@@ -1579,6 +1629,7 @@ MANDATORY_POLICIES: list[Policy] = [
     route_policies_merge_with_the_budget,
     provider_keys_only_in_secrets,
     body_mutations_keep_usage,
+    agent_router_after_identity,
 ]
 ADVISORY_POLICIES: list[Policy] = [
     rate_limit_fails_closed_outside_dev,

@@ -181,6 +181,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "route-policies-merge-with-the-budget",
         "provider-keys-only-in-secrets",
         "body-mutations-keep-usage",
+        "agent-router-after-identity",
     }
     assert advisory == {
         "rate-limit-fails-closed-outside-dev",
@@ -863,6 +864,25 @@ BROKEN: list[Broken] = [
         lambda rs: _spec(rs, "AIServiceBackend").update(bodyMutation={"set": [{"path": "stream", "value": "false"}]}),
         "spec.bodyMutation changes 'stream'",
         "AIServiceBackend agent-budgets/mock",
+    ),
+    # -- Agent Router's processor runs after the JWT filter
+    Broken(
+        "envoy-proxy-without-filter-order",
+        rules.agent_router_after_identity,
+        "dev",
+        lambda rs: _spec(rs, "EnvoyProxy").pop("filterOrder"),
+        "Agent Router's processor would run before envoy.filters.http.jwt_authn",
+        "EnvoyProxy agent-budgets/agent-router",
+    ),
+    Broken(
+        "custom-response-moved-before-the-jwt-filter",
+        rules.agent_router_after_identity,
+        "prod",
+        lambda rs: _spec(rs, "EnvoyProxy").update(
+            filterOrder=[{"name": "envoy.filters.http.custom_response", "before": "envoy.filters.http.jwt_authn"}]
+        ),
+        "Agent Router's processor would run before envoy.filters.http.jwt_authn",
+        "EnvoyProxy agent-budgets/agent-router",
     ),
     # -- suspending an actor never changes the listener
     Broken(

@@ -142,9 +142,19 @@ def test_gateway_has_a_fixed_service_name_and_strips_client_actor_and_timeout_he
     assert [listener["port"] for listener in gateway["listeners"]] == [80]
     client = spec(dev.one("ClientTrafficPolicy"))
     assert client["connection"]["bufferLimit"] == "50Mi"
-    # Only the JWT filter sets x-actor-id; no client may stretch its call past the route's timeout, on which
-    # every bound of the worst case rests (Envoy's router reads x-envoy-upstream-rq-timeout-ms as the timeout).
-    assert client["headers"]["earlyRequestHeaders"]["remove"] == ["x-actor-id", "x-envoy-upstream-rq-timeout-ms"]
+    # Only the JWT filter sets x-actor-id; no client may stretch its call past the route's timeout or make Envoy
+    # retry it (envoy source/common/http/headers.h names; the router reads them from the request).
+    assert client["headers"]["earlyRequestHeaders"]["remove"] == [
+        "x-actor-id",
+        "x-envoy-upstream-rq-timeout-ms",
+        "x-envoy-upstream-rq-per-try-timeout-ms",
+        "x-envoy-retry-on",
+        "x-envoy-retry-grpc-on",
+        "x-envoy-max-retries",
+        "x-envoy-retriable-status-codes",
+        "x-envoy-retriable-header-names",
+        "x-envoy-hedge-on-per-try-timeout",
+    ]
     assert dev.outputs["gatewayUrl"] == "http://agent-router.envoy-gateway-system.svc.cluster.local:80"
 
 

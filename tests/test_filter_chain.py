@@ -1,0 +1,149 @@
+"""Agent Router's processor runs after the filters that verify the caller (core/filter_chain.py).
+
+Envoy Gateway v1.9 puts custom_response first in the listener (order 0), and Agent Router's extension server
+inserts its router-level processor before it. The program always has a custom_response filter (the
+suspension's 403 overrides), so without the EnvoyProxy's `filterOrder` Agent Router would snapshot the
+request headers before jwt_authn set `x-actor-id`, and on a retry remove it again, leaving the call
+uncharged. These tests check the model of the chain against the pinned CRD's documented default order, the
+insertion rule against Agent Router's, and the program's EnvoyProxy against both, with 0, 1 and 500 suspended
+actors.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from core.filter_chain import (
+    AGENT_ROUTER_FILTER,
+    API_KEY_AUTH,
+    IDENTITY_BEFORE_AGENT_ROUTER,
+    JWT_AUTHN,
+    ORDER,
+    ROUTER,
+    identity_filters_after_agent_router,
+    insert_agent_router,
+    listener_chain,
+    sort_http_filters,
+)
+from core.manifests import budget_policy_manifest, gateway_manifests, jwt_policy_manifest
+from core.suspension import listener_http_filters
+from core.validation import validate_stack
+from tests.support.crds import load_catalog
+
+ACTORS = [f"agents/actor-{i:03d}" for i in range(500)]
+CUSTOM_RESPONSE_OF_THE_BUDGET = "envoy.filters.http.custom_response/backendtrafficpolicy/agent-budgets/agent-budgets"
+RATE_LIMIT_OF_THE_BUDGET = "envoy.filters.http.ratelimit/agent-budgets/agent-budgets"
+
+
+def documented_default_order() -> list[str]:
+    """The default filter order the pinned Envoy Gateway v1.9.0 EnvoyProxy CRD documents for `filterOrder`."""
+    version = load_catalog().version("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy")
+    assert version is not None
+    description = version.raw_schema["properties"]["spec"]["properties"]["filterOrder"]["description"]
+    return re.findall(r"^- (envoy\.filters\.http\.\w+)$", description, flags=re.MULTILINE)
+
+
+def test_the_model_sorts_filters_in_the_order_the_pinned_crd_documents():
+    """Each documented type, as a filter of that type (the indexed ones with index 0), sorts into the
+    documented order; and the model knows every type `filterOrder` accepts."""
+    documented = documented_default_order()
+    assert len(documented) >= 25 and documented[0].endswith("custom_response") and documented[-1] == ROUTER
+    indexed = {"lua", "ext_proc", "wasm", "dynamic_modules"}
+    as_filters = [f"{name}/0" if name.rsplit(".", 1)[-1] in indexed else name for name in documented]
+    assert sort_http_filters(reversed(as_filters)) == as_filters
+    version = load_catalog().version("gateway.envoyproxy.io/v1alpha1", "EnvoyProxy")
+    assert version is not None
+    items = version.raw_schema["properties"]["spec"]["properties"]["filterOrder"]["items"]
+    accepted = set(items["properties"]["name"]["enum"])
+    assert accepted == {filter_type for filter_type, _ in ORDER} - {ROUTER}
+
+
+@pytest.mark.parametrize(
+    ("chain", "expected_at"),
+    [
+        ([JWT_AUTHN, "envoy.filters.http.rbac", RATE_LIMIT_OF_THE_BUDGET, ROUTER], 1),  # before rbac
+        ([CUSTOM_RESPONSE_OF_THE_BUDGET, JWT_AUTHN, RATE_LIMIT_OF_THE_BUDGET, ROUTER], 0),  # before custom_response
+        ([JWT_AUTHN, ROUTER], 1),
+        # The buffer exception: after the last buffer filter at or past the insertion point.
+        ([CUSTOM_RESPONSE_OF_THE_BUDGET, JWT_AUTHN, "envoy.filters.http.buffer", ROUTER], 3),
+        (["envoy.filters.http.buffer", JWT_AUTHN, "envoy.filters.http.ext_proc/0", ROUTER], 2),
+    ],
+)
+def test_agent_router_inserts_its_processor_before_the_first_filter_it_must_precede(chain, expected_at):
+    """ai-gateway v1.1.0 `insertAIGatewayExtProcFilter`: before the first ext_proc, wasm, lua, rbac,
+    local_ratelimit, ratelimit, custom_response, credential_injector, compressor or router filter, or after
+    the last buffer filter when one sits at or after that point."""
+    inserted = insert_agent_router(chain)
+    assert inserted.index(AGENT_ROUTER_FILTER) == expected_at
+    assert [name for name in inserted if name != AGENT_ROUTER_FILTER] == chain
+
+
+def test_filter_order_moves_a_type_after_the_last_filter_of_its_anchor_and_ignores_an_absent_anchor():
+    names = [CUSTOM_RESPONSE_OF_THE_BUDGET, JWT_AUTHN, "envoy.filters.http.rbac", RATE_LIMIT_OF_THE_BUDGET, ROUTER]
+    moved = sort_http_filters(names, IDENTITY_BEFORE_AGENT_ROUTER)
+    assert moved == [
+        JWT_AUTHN,
+        CUSTOM_RESPONSE_OF_THE_BUDGET,
+        "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_BUDGET,
+        ROUTER,
+    ]
+    before = sort_http_filters(names, [{"name": "envoy.filters.http.ratelimit", "before": "envoy.filters.http.rbac"}])
+    assert before.index(RATE_LIMIT_OF_THE_BUDGET) == before.index("envoy.filters.http.rbac") - 1
+    without_jwt = [name for name in names if name != JWT_AUTHN]
+    assert sort_http_filters(without_jwt, IDENTITY_BEFORE_AGENT_ROUTER) == sort_http_filters(without_jwt)
+
+
+def program_chain(suspended: int, filter_order: Any = None) -> list[str]:
+    """The listener chain of a stack with the first `suspended` actors suspended, with the EnvoyProxy's
+    `filterOrder` (or the one given)."""
+    stack = validate_stack(
+        {
+            "actors": ACTORS,
+            "budgets": {"default": {"tokens": 500, "per": "Day"}},
+            "suspended": ACTORS[:suspended],
+            "substrate": {"egress": {"enabled": False}},
+        },
+        lambda key: (True, True),
+    )
+    settings = stack.settings
+    [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
+
+    def plain(manifest: Any) -> dict[str, Any]:
+        return {"kind": manifest.kind, "namespace": manifest.namespace, "name": manifest.name, "spec": manifest.spec}
+
+    filters = listener_http_filters(
+        plain(jwt_policy_manifest(settings)), plain(budget_policy_manifest(settings, stack.rules))
+    )
+    order = envoy_proxy.spec.get("filterOrder", []) if filter_order is None else filter_order
+    return listener_chain(filters, order)
+
+
+@pytest.mark.parametrize("suspended", [0, 1, 500])
+def test_agent_router_runs_after_the_jwt_filter_with_any_number_suspended(suspended):
+    assert program_chain(suspended) == [
+        JWT_AUTHN,
+        AGENT_ROUTER_FILTER,
+        CUSTOM_RESPONSE_OF_THE_BUDGET,  # still before rbac and ratelimit, whose 403 and 429 it rewrites
+        "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_BUDGET,
+        ROUTER,
+    ]
+
+
+def test_without_the_filter_order_agent_router_would_run_before_the_jwt_filter():
+    """The model sees the defect the EnvoyProxy's `filterOrder` prevents, so the test above can fail."""
+    chain = program_chain(0, filter_order=[])
+    assert chain[0] == AGENT_ROUTER_FILTER
+    assert identity_filters_after_agent_router(chain) == [JWT_AUTHN]
+
+
+def test_an_api_key_filter_also_runs_before_agent_router():
+    """With API-key callers (api_key_auth, order 7) beside JWT ones, or alone, the processor comes after both."""
+    both = listener_chain([CUSTOM_RESPONSE_OF_THE_BUDGET, API_KEY_AUTH, JWT_AUTHN], IDENTITY_BEFORE_AGENT_ROUTER)
+    assert both[:3] == [API_KEY_AUTH, JWT_AUTHN, AGENT_ROUTER_FILTER]
+    alone = listener_chain([CUSTOM_RESPONSE_OF_THE_BUDGET, API_KEY_AUTH], IDENTITY_BEFORE_AGENT_ROUTER)
+    assert identity_filters_after_agent_router(alone) == [] and alone[:2] == [API_KEY_AUTH, AGENT_ROUTER_FILTER]
