@@ -246,13 +246,18 @@ def _map_entry_fields(model: type[BaseModel]) -> str:
 def describe_field_error(error: ErrorDetails) -> Problem:
     """One pydantic error as a Problem with the full key, the bad value and what to write instead."""
     parts = list(error.get("loc", ()))
+    if parts and parts[-1] == "[key]" and isinstance(error.get("input"), str):
+        # The error is about a map's key: name the entry (`prices.<model>`) by the key as written (the location
+        # holds pydantic's copy, in which a lone surrogate became U+FFFD).
+        parts[-2:] = [error["input"]]
     key = key_path(parts)
     kind = error.get("type", "")
     value = error.get("input")
     field = field_at(parts)
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    if is_sensitive(field) and kind not in {"extra_forbidden", "missing"}:
-        # Never echo what may be credentials (kubeconfig contents): say what the key takes instead.
+    if is_sensitive(field) and kind not in {"extra_forbidden", "missing", "value_error"}:
+        # Never echo what may be credentials (kubeconfig contents): say what the key takes instead. A sensitive
+        # field's own validators never quote the value, so their messages are shown.
         return Problem(key, f"got a value that is not {expected_text(field)} (not shown: it may hold credentials)")
 
     if kind == "extra_forbidden":

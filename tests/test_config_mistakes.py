@@ -13,8 +13,10 @@ from typing import Any
 import pulumi
 import pytest
 
+from core.model_names import header_match_problem
 from core.problems import REPORT_HEADER, ConfigError
 from core.validation import validate_stack
+from tests.support.crds import load_catalog
 from tests.support.program import run_program, stack_config
 
 PROD_SECRETS = {"openaiApiKey": "sk-mistakes-openai", "anthropicApiKey": "sk-ant-mistakes", "redisPassword": "pw"}
@@ -95,9 +97,11 @@ def test_a_lone_surrogate_in_a_key_or_an_actor_is_named_by_its_key():
     raw["actors"][0] = "agents/support-1\udcff"
     error = refused(raw)
     found = messages(error)
-    assert found["prices.gpt-4.1\udcff"].startswith("the key 'gpt-4.1\\udcff' holds U+DCFF at character 8")
+    # A price's key is a model name: its own check says why (Agent Router's CEL parser), on one line.
+    assert [problem.key for problem in error.problems].count("prices.gpt-4.1\udcff") == 1
+    assert found["prices.gpt-4.1\udcff"].startswith("model name 'gpt-4.1\\udcff' holds U+DCFF at position 7")
     assert found["actors[0]"].startswith("'agents/support-1\\udcff' holds U+DCFF")
-    assert "agent-budgets:prices.gpt-4.1\\udcff: the key" in str(error)
+    assert "agent-budgets:prices.gpt-4.1\\udcff: model name" in str(error)
     str(error).encode("utf-8")
 
 
@@ -196,3 +200,138 @@ def test_a_value_nested_deeper_than_json_goes_is_reported_not_a_recursion_error(
         run_program(raw, plain={"actors": nested})
     assert str(caught.value).startswith(REPORT_HEADER)
     assert "agent-budgets:actors: got a single value '[[[[" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Values that reach built-in Kubernetes objects (found once those were checked too: tests/support/kubernetes_schema.py)
+
+
+@pytest.mark.parametrize(
+    ("section", "image", "reason"),
+    [
+        ("mockModel", "", "is empty"),
+        ("mockModel", "python:3.12 alpine", "holds U+0020 at character 12"),
+        ("redis", "redis:8.2.4\x1b[0m", "holds U+001B at character 12"),
+        ("redis", "Redis:8.2.4", "has upper-case letters in its repository name"),
+        ("redis", "redis@sha256:abc", "does not match the image reference grammar"),
+    ],
+)
+def test_an_image_the_kubelet_cannot_parse_is_reported(section, image, reason):
+    """The API server took any image for the mock model's Deployment or Redis's StatefulSet; the kubelet refused it
+    (InvalidImageName) and `pulumi up` waited for a rollout that never came."""
+    raw = stack_config("dev")
+    raw[section] = {"image": image}
+    [problem] = refused(raw).problems
+    assert problem.key == f"{section}.image"
+    assert problem.message.startswith(f"image {image!r} {reason}")
+    assert "The kubelet could not pull it and the pod would never start: write [registry[:port]/]name" in (
+        problem.message
+    )
+
+
+def test_a_zero_storage_size_is_reported():
+    """`storageSize: 0Gi` is a quantity, but the API server refuses a volume claim of no storage."""
+    raw = stack_config("dev")
+    raw["redis"] = {"storageSize": "0Gi"}
+    assert messages(refused(raw)) == {
+        "redis.storageSize": (
+            "storageSize '0Gi' is zero: the API server refuses a volume claim of no storage. Give a size such as 1Gi"
+        )
+    }
+
+
+def test_a_trailing_newline_or_a_foreign_digit_no_longer_passes_a_pattern():
+    """Python's `$` also matches before a final newline and `\\d` any Unicode digit: a namespace, a label value, a
+    storage size or a version with one passed its check and reached the cluster or Helm, which refuse them."""
+    raw = stack_config("dev")
+    raw["gateway"] = {"namespace": "agent-budgets\n", "requestBufferLimit": "50Mi\n"}
+    raw["redis"] = {"storageSize": "1Gi\n", "storageClass": "standard\n"}
+    raw["monitoring"] = {"dashboard": True, "dashboardLabels": {"grafana_dashboard": "1\n"}}
+    raw["platform"] = {"envoyGatewayVersion": "v\u0661.\u0669.\u0663"}
+    assert set(messages(refused(raw))) == {
+        "gateway.namespace",
+        "gateway.requestBufferLimit",
+        "redis.storageSize",
+        "redis.storageClass",
+        "monitoring.dashboardLabels",
+        "platform.envoyGatewayVersion",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("gpt-4.1\x00", "holds U+0000 at character 8, a control character"),
+        ("gpt-4.1\x7f", "holds U+007F at character 8, a control character"),
+        ("gpt-4.1\u202e", "holds U+202E (RIGHT-TO-LEFT OVERRIDE) at character 8, an invisible formatting character"),
+        ("gpt\u200b-4.1", "holds U+200B (ZERO WIDTH SPACE) at character 4, an invisible formatting character"),
+        ("gpt-4.1-\u00e9", "holds U+00E9 (LATIN SMALL LETTER E WITH ACUTE) at character 9, not printable US-ASCII"),
+        ("gpt  4.1", "holds two spaces or tabs in a row at character 4"),
+    ],
+)
+def test_a_model_name_no_header_match_can_hold_is_reported_once_per_key(name, reason):
+    """Agent Router copies each route's model names into an HTTPRoute header match, which the Gateway API CRDs of
+    Envoy Gateway refuse unless the name is printable US-ASCII with single inner spaces or tabs: the route never
+    served a call. A modelNameOverride and a price's key name the same models and follow the same rule."""
+    raw = prod()
+    raw["routes"][0]["models"] = [name, "gpt-4.1-mini"]
+    raw["routes"][1]["modelNameOverride"] = name
+    raw["prices"][name] = raw["prices"].pop("gpt-4.1")
+    found = messages(refused(raw))
+    assert sorted(found) == sorted(["routes[0].models", "routes[1].modelNameOverride", f"prices.{name}"])
+    assert found["routes[0].models"] == (
+        f"model name {name!r} {reason}: Agent Router matches the names agents send in an HTTPRoute header, and the "
+        "Gateway API CRDs Envoy Gateway installs accept only printable US-ASCII there, words separated by single "
+        "spaces or tabs, so no call could reach this route. Write the name exactly as the provider expects it"
+    )
+    assert found["routes[1].modelNameOverride"].startswith(f"modelNameOverride {name!r} {reason}: a model name is")
+    assert found[f"prices.{name}"].startswith(f"model name {name!r} {reason}: no route can serve or bill a model")
+
+
+def test_the_header_match_rule_is_the_gateway_api_crds_own():
+    """The rule is upstream's: an HTTPRoute as Agent Router's controller writes it from our AIGatewayRoute, with each
+    refused name as its header value, fails the pinned Gateway API v1.6.1 CRD, and an accepted name passes it."""
+    catalog = load_catalog()
+
+    def http_route(value: str) -> dict[str, Any]:
+        match = {"headers": [{"name": "x-ai-eg-model", "type": "Exact", "value": value}], "path": {"value": "/"}}
+        return {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "mock", "namespace": "agent-budgets"},
+            "spec": {"rules": [{"matches": [match]}]},
+        }
+
+    for name in ["gpt-4.1", "claude sonnet\t4", "a!~z", "gpt-4.1\x00", "gpt\u202e", "gpt-\u00e9", "gpt  4", " gpt"]:
+        refused_by_crd = bool(catalog.validate(http_route(name)).errors)
+        assert refused_by_crd == (header_match_problem(name) is not None), name
+
+
+def test_a_control_character_in_the_kubeconfig_is_reported_without_showing_it():
+    """A kubeconfig path holding a NUL reached `open()` in the egress check (ValueError: embedded null byte); contents
+    with one are no YAML. The value may be credentials, so the message names the character, never the value."""
+    raw = stack_config("dev")
+    raw["kubernetes"]["kubeconfig"] = "~/.kube/con\x00fig-secret-token"
+    assert messages(refused(raw)) == {
+        "kubernetes.kubeconfig": (
+            "the kubeconfig path holds the control character U+0000 at character 12 (the value is not shown: it may "
+            "hold credentials): no file path can; remove it"
+        )
+    }
+    raw["kubernetes"]["kubeconfig"] = "apiVersion: v1\nkind: Config\x01\nusers: [{name: secret-token}]\n"
+    [problem] = refused(raw).problems
+    assert problem.message.startswith("the kubeconfig contents hold the control character U+0001 at character 28")
+    assert "secret-token" not in str(refused(raw))
+
+
+@pytest.mark.parametrize("limit", ["4Gi", "1.5", "3.9Gi", "99E"])
+def test_a_buffer_limit_envoy_gateway_cannot_take_is_reported(limit):
+    """The CRD takes any quantity, but Envoy Gateway refuses a ClientTrafficPolicy whose buffer limit is not a whole
+    number of bytes below 2^32, and the gateway then ran with Envoy's 32 KiB default."""
+    raw = stack_config("dev")
+    raw["gateway"]["requestBufferLimit"] = limit
+    assert messages(refused(raw))["gateway.requestBufferLimit"].startswith(
+        f"requestBufferLimit {limit!r} is not a whole number of bytes up to 4,294,967,295 (4Gi - 1)"
+    )
+    raw["gateway"]["requestBufferLimit"] = "4294967295"
+    validate_stack(raw, lambda key: (True, True))

@@ -8,8 +8,10 @@ know added, sections swapped between stack files, sections stored as secrets. Wh
 - validation either accepts the configuration or raises the one `invalid stack configuration:` report, one line
   per problem, each naming a full key of the configuration, and encodable as UTF-8 (the engine carries it as
   protobuf text); nothing else escapes;
-- a configuration validation accepts is buildable: the whole program runs under mocks and every custom resource
-  it registers meets the pinned CRDs. Anything that fails later is a validation gap.
+- a configuration validation accepts is buildable: the whole program runs under mocks, every custom resource it
+  registers meets the pinned CRDs, and every built-in object (Namespace, ConfigMap, Secret, Deployment, Service,
+  StatefulSet, NetworkPolicy, ...) meets the Kubernetes schemas and what the API server and the kubelet check
+  beyond them (tests/support/kubernetes_schema.py). Anything that fails later is a validation gap.
 
 The classes these tests found have example-based tests of their own (tests/test_config_mistakes.py); these runs are
 seeded and bounded by example counts (tests/support/properties.py), and a failure is shrunk to a small document.
@@ -30,6 +32,7 @@ from core.cross_checks import ConfigView
 from core.problems import REPORT_HEADER, ConfigError
 from core.settings import StackSettings
 from core.validation import ValidatedStack, expected_secret_keys, validate_stack
+from tests.support import kubernetes_schema
 from tests.support.crds import load_catalog
 from tests.support.program import run_program
 from tests.support.properties import examples
@@ -115,7 +118,7 @@ def catalog():
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
 )
 @given(generated=stack_files())
-def test_accepted_configurations_build_and_meet_the_crds(catalog, generated: GeneratedStack) -> None:
+def test_accepted_configurations_build_and_meet_the_cluster_checks(catalog, generated: GeneratedStack) -> None:
     assume(validate(generated) is not None)
     config, secrets = program_inputs(generated)
     run = run_program(config, secrets=secrets, stack=generated.stack)
@@ -125,5 +128,12 @@ def test_accepted_configurations_build_and_meet_the_crds(catalog, generated: Gen
         f"{obj['kind']}/{obj['metadata']['name']}: {errors}"
         for obj in objects
         if (errors := catalog.validate(obj).errors)
+    ]
+    builtin = run.builtin_objects()
+    assert builtin, "an accepted configuration registers built-in objects"
+    failures += [
+        f"{obj['kind']}/{obj['metadata'].get('name')}: {problems}"
+        for obj in builtin
+        if (problems := kubernetes_schema.problems(obj))
     ]
     assert failures == []

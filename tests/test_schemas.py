@@ -1,4 +1,6 @@
-"""Every custom resource the program would send, validated against the pinned upstream CRDs (schema + CEL)."""
+"""Every object the program would send, validated as the cluster validates it: each custom resource against the
+pinned upstream CRDs (schema + CEL), each built-in object against the Kubernetes schemas and the API server's own
+checks (tests/support/kubernetes_schema.py), for the dev and prod stacks and their variants."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from tests.support import kubernetes_schema
 from tests.support.crds import load_catalog
-from tests.support.program import run_program, stack_config
+from tests.support.program import ProgramRun, run_program, stack_config
 from tests.test_bounded_budgets import bounded_config
 
 OPENAI_KEY = "sk-schema-test-openai"
 ANTHROPIC_KEY = "sk-ant-schema-test"
+PROD_SECRETS = {"openaiApiKey": OPENAI_KEY, "anthropicApiKey": ANTHROPIC_KEY, "redisPassword": "schema-test-pw"}
 
 
 def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
@@ -88,10 +92,14 @@ def catalog():
 
 
 @pytest.fixture(scope="module", params=sorted(variants()))
-def custom_objects(request) -> list[dict[str, Any]]:
+def variant_run(request) -> ProgramRun:
     config, secrets = variants()[request.param]
-    run = run_program(config, secrets=secrets)
-    return [resource.as_object() for resource in run.custom_resources()]
+    return run_program(config, secrets=secrets)
+
+
+@pytest.fixture(scope="module")
+def custom_objects(variant_run) -> list[dict[str, Any]]:
+    return [resource.as_object() for resource in variant_run.custom_resources()]
 
 
 def test_every_custom_resource_meets_its_crd(catalog, custom_objects):
@@ -182,3 +190,76 @@ def test_the_validator_would_catch_a_service_backend_ref(catalog, custom_objects
     del backend["spec"]["backendRef"]["kind"]
     del backend["spec"]["backendRef"]["group"]
     assert catalog.validate(backend).errors
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Built-in objects
+
+
+def builtin_failures(objects: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{obj['kind']}/{obj['metadata']['name']}: {problems}"
+        for obj in objects
+        if (problems := kubernetes_schema.problems(obj))
+    ]
+
+
+def test_every_builtin_object_meets_kubernetes(variant_run):
+    objects = variant_run.builtin_objects()
+    assert {"Namespace", "ConfigMap", "Secret", "Service", "NetworkPolicy"} <= {obj["kind"] for obj in objects}
+    assert builtin_failures(objects) == []
+
+
+def test_every_builtin_object_of_the_prod_stack_meets_kubernetes():
+    """The prod example (external Redis, no mock model): its namespaces and provider Secrets. Its custom resources
+    are of the kinds the `real` and `money` variants check against the CRDs."""
+    objects = run_program(stack_config("prod"), secrets=PROD_SECRETS).builtin_objects()
+    assert [obj["kind"] for obj in objects].count("Secret") == 3
+    assert builtin_failures(objects) == []
+
+
+@pytest.fixture(scope="module")
+def dev_objects() -> dict[str, dict[str, Any]]:
+    """The dev stack's built-in objects by kind (one of each but Namespace, Secret and Service)."""
+    config, secrets = variants()["dev"]
+    return {obj["kind"]: obj for obj in run_program(config, secrets=secrets).builtin_objects()}
+
+
+def test_the_dev_stack_has_each_workload_the_checker_looks_into(dev_objects):
+    """Guard against a vacuous pass: the mock model's Deployment and Redis's StatefulSet are among the objects, with
+    their images, resources and volume claim."""
+    objects = dev_objects
+    assert objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"] == "python:3.12-alpine"
+    [claim] = objects["StatefulSet"]["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+
+def test_the_builtin_checker_refuses_what_the_cluster_refuses(dev_objects):
+    """Each check can fail: a schema error, and each API-server or kubelet rule the schemas leave out."""
+    objects = dev_objects
+
+    def problems_after(kind: str, change) -> list[str]:
+        obj = copy.deepcopy(objects[kind])
+        change(obj)
+        return kubernetes_schema.problems(obj)
+
+    def container(obj: dict[str, Any]) -> dict[str, Any]:
+        return obj["spec"]["template"]["spec"]["containers"][0]
+
+    assert problems_after("Deployment", lambda o: container(o).update(imageName="x"))[0].startswith("spec.template")
+    assert "InvalidImageName" in problems_after("Deployment", lambda o: container(o).update(image=""))[0]
+    assert "InvalidImageName" in problems_after("StatefulSet", lambda o: container(o).update(image="Redis:8"))[0]
+    assert problems_after("Namespace", lambda o: o["metadata"].update(name="agent-budgets\n")) == [
+        "metadata.name: 'agent-budgets\\n' is not a DNS label"
+    ]
+    assert problems_after("Service", lambda o: o["metadata"].update(name="1-redis")) == [
+        "metadata.name: '1-redis' is not a DNS-1035 label (starting with a letter)"
+    ]
+    assert "is not a label value" in problems_after("ConfigMap", lambda o: o["metadata"]["labels"].update(a="-x"))[0]
+
+    def no_storage(obj: dict[str, Any]) -> None:
+        obj["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "0"
+
+    zero = problems_after("StatefulSet", no_storage)
+    assert zero == ["spec.volumeClaimTemplates[0].spec.resources.requests.storage: '0' must be greater than zero"]
+    assert "is not a ConfigMap or Secret key" in problems_after("ConfigMap", lambda o: o["data"].update({"a b": ""}))[0]

@@ -26,7 +26,7 @@ from core.validation import validate_stack
 from tests.support.redis_server import free_port
 from tests.test_spend_redis import DAY_START, NOW, charge, upstream_key
 from tools.spend import cli
-from tools.spend.stack import StackError, load_stack, project_defaults
+from tools.spend.stack import StackError, duplicate_key, load_stack, project_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_KUBECTL = Path(__file__).with_name("fake_kubectl_spend.py")
@@ -292,6 +292,30 @@ def test_a_stack_file_nested_too_deep_is_an_input_error(tmp_path):
     status, out, err = spend_run(project)
     assert (status, out) == (cli.EXIT_INPUT, "")
     assert "Pulumi.dev.yaml nests lists or maps deeper than a YAML reader goes" in err
+
+
+def test_a_key_written_twice_in_a_stack_file_is_refused_as_pulumi_refuses_it(tmp_path):
+    """PyYAML kept the last of two equal keys, so the report counted against a budget Pulumi would never deploy:
+    Pulumi reads stack files with gopkg.in/yaml.v3, which refuses a map holding a key twice (tools/spend/stack.py).
+    Keys compare by written value, quoted or not; keys equal only after decoding (`true`, `True`) are not equal."""
+    project = write_project(tmp_path, {"dev": in_cluster_config()})
+    stack_file = project / "Pulumi.dev.yaml"
+    text = stack_file.read_text(encoding="utf-8")
+    stack_file.write_text(text + '  "agent-budgets:actors": [agents/actor-z]\n', encoding="utf-8")
+    status, out, err = spend_run(project)
+    assert (status, out) == (cli.EXIT_INPUT, "")
+    line = len(text.splitlines()) + 1
+    first = 1 + next(i for i, row in enumerate(text.splitlines()) if row.strip().startswith("agent-budgets:actors:"))
+    assert err == (
+        f"spend: {stack_file} line {line}: the key 'agent-budgets:actors' is written twice in one map "
+        f"(config.agent-budgets:actors, first at line {first}); Pulumi refuses the file (mapping key "
+        f'"agent-budgets:actors" already defined at line {first}): keep one\n'
+    )
+    assert duplicate_key(yaml.compose("a: {b: 1, c: [{d: 1, 'd': 2}]}")) == (
+        "line 1: the key 'd' is written twice in one map (a.c[0].d, first at line 1); Pulumi refuses the file "
+        '(mapping key "d" already defined at line 1): keep one'
+    )
+    assert duplicate_key(yaml.compose("a: 1\nA: 2\ntrue: 1\nTrue: 2\nb: &x {c: 1}\nd: *x\n")) is None
 
 
 def test_invalid_configuration_gives_the_programs_own_messages(tmp_path):

@@ -4,12 +4,17 @@ quantities as Kubernetes takes them, numbers as people write them, actor ids, an
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from core import egress
+from core.image_reference import image_reference_problem
+from core.names import DNS_LABEL as DNS_LABEL  # re-exported: the settings modules take the grammars from here
+from core.names import DNS_SUBDOMAIN as DNS_SUBDOMAIN
+from core.names import is_dns_label
 
 RATE_LIMIT_UNITS = ("Second", "Minute", "Hour", "Day", "Week", "Month", "Year")
 # The fixed Service the EnvoyProxy gives the data plane: every egress policy names this host.
@@ -21,20 +26,17 @@ GATEWAY_HOSTNAME = egress.GATEWAY_HOSTNAME
 if f"{GATEWAY_SERVICE_NAME}.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local" != GATEWAY_HOSTNAME:  # pragma: no cover
     raise ImportError("the gateway's fixed Service name and the egress hostname disagree")
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-RELEASE_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+# Every pattern ends in \Z: Python's `$` also matches before a final newline, and `\d` matches any Unicode digit.
+RELEASE_VERSION = re.compile(r"^v([0-9]+)\.([0-9]+)\.([0-9]+)\Z")
+DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}\Z")
+# A Kubernetes quantity without sign or exponent: a subset of apimachinery's grammar (pkg/api/resource/quantity.go).
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
+CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*\Z")
+_QUANTITY_FACTORS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY_FACTORS |= {f"{prefix}i": 1024 ** (index + 1) for index, prefix in enumerate("KMGTPE")}
 # A count written the way people write numbers in prose: 5,000 / 5_000 / 5 000 / 5k / 2.5M.
 _PROSE_NUMBER = re.compile(r"^\s*([0-9]{1,3}(?:[,_ ][0-9]{3})+|[0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
 _PROSE_MULTIPLIERS = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
-
-
-def is_dns_label(value: str) -> bool:
-    """True for an RFC 1123 label of at most 63 characters (Kubernetes and Substrate names)."""
-    return len(value) <= 63 and bool(DNS_LABEL.match(value))
 
 
 def check_dns_label(value: str, what: str) -> str:
@@ -58,6 +60,26 @@ def check_command_argument(value: str, what: str, example: str) -> str:
                 f"{what} {value[:80]!r} holds the control character U+{ord(ch):04X} at character {position}: "
                 "kubectl gets it on its command line, which cannot carry it. Remove it"
             )
+    return value
+
+
+def quantity_value(text: str) -> Decimal:
+    """The number a `QUANTITY` stands for (`50Mi` → 52428800), exact."""
+    match = re.match(r"^([0-9.]+)(.*)\Z", text)
+    if match is None or not QUANTITY.match(text):
+        raise ValueError(f"not a quantity: {text!r}")
+    return Decimal(match.group(1)) * _QUANTITY_FACTORS[match.group(2)]
+
+
+def check_image_reference(value: str, what: str, example: str) -> str:
+    """Refuse an image reference the kubelet cannot parse (core.image_reference): the API server would take it, and
+    the pod would wait in InvalidImageName."""
+    problem = image_reference_problem(value)
+    if problem:
+        raise ValueError(
+            f"{what} {value[:300]!r} {problem}. The kubelet could not pull it and the pod would never start: write "
+            f"[registry[:port]/]name[:tag][@sha256:<digest>], e.g. {example}"
+        )
     return value
 
 

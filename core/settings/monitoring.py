@@ -7,22 +7,11 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from core.settings.base import DNS_SUBDOMAIN, ConfigModel, check_dns_label
+from core.names import is_label_value, label_key_problem
+from core.settings.base import ConfigModel, check_dns_label
 
 # An OpenTelemetry attribute name as Agent Router's header mapping takes it: dotted lowercase words.
-_OTEL_ATTRIBUTE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
-# A Kubernetes label key (optional DNS-subdomain prefix) and value.
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)$")
-
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix)):
-        return f"label key {key!r} has a prefix that is not a DNS subdomain"
-    if not _LABEL_NAME.match(name):
-        return f"label key {key!r} is not a Kubernetes label name (1-63 letters, digits, '-', '_', '.')"
-    return None
+_OTEL_ATTRIBUTE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
 
 def prometheus_label(attribute: str) -> str:
@@ -150,10 +139,10 @@ class MonitoringSettings(ConfigModel):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         for key, label in value.items():
-            problem = _label_key_problem(key)
+            problem = label_key_problem(key)
             if problem:
                 raise ValueError(problem)
-            if not isinstance(label, str) or not _LABEL_VALUE.match(label):
+            if not isinstance(label, str) or not is_label_value(label):
                 raise ValueError(
                     f"label {key}: {label!r} is not a Kubernetes label value (at most 63 letters, digits, '-', '_', "
                     "'.', starting and ending with a letter or digit)"

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
+from core.kubeconfig import is_contents
 from core.settings.base import (
     DURATION,
     QUANTITY,
@@ -14,6 +15,7 @@ from core.settings.base import (
     ConfigModel,
     check_command_argument,
     check_dns_label,
+    quantity_value,
 )
 from core.settings.budgets import MAX_LIMITS_PER_BUDGET
 
@@ -38,6 +40,29 @@ class KubernetesSettings(ConfigModel):
     def _non_empty(cls, value: str) -> str:
         return check_command_argument(value, "context", "kind-agent-budgets")
 
+    @field_validator("kubeconfig")
+    @classmethod
+    def _kubeconfig(cls, value: str | None) -> str | None:
+        """A path is opened here and handed to kubectl, and no path holds a control character; contents are YAML,
+        which holds none but tab, newline and carriage return. The message never shows the value."""
+        if value is None:
+            return value
+        contents = is_contents(value)
+        allowed = "\t\n\r" if contents else ""
+        for position, ch in enumerate(value, start=1):
+            if (ord(ch) < 0x20 or ord(ch) == 0x7F) and ch not in allowed:
+                what = "the kubeconfig contents" if contents else "the kubeconfig path"
+                raise ValueError(
+                    f"{what} hold{'' if contents else 's'} the control character U+{ord(ch):04X} at character "
+                    f"{position} (the value is not shown: it may hold credentials): "
+                    + ("no YAML can hold it; paste the file again" if contents else "no file path can; remove it")
+                )
+        return value
+
+
+MAX_BUFFER_LIMIT = 2**32 - 1
+"""The largest ClientTrafficPolicy `connection.bufferLimit` Envoy Gateway accepts, in bytes."""
+
 
 class GatewaySettings(ConfigModel):
     """The model gateway: where our objects live and how requests are buffered."""
@@ -51,7 +76,8 @@ class GatewaySettings(ConfigModel):
     request_buffer_limit: str = Field(
         default="50Mi",
         description=(
-            "ClientTrafficPolicy buffer (a Kubernetes quantity); Envoy's 32 KiB default is too small for LLM bodies."
+            "ClientTrafficPolicy buffer (a Kubernetes quantity, a whole number of bytes below 4Gi); Envoy's 32 KiB "
+            "default is too small for LLM bodies."
         ),
     )
     # kind nodes are small: drop the proxy's default resource requests there.
@@ -67,6 +93,14 @@ class GatewaySettings(ConfigModel):
     def _quantity(cls, value: str) -> str:
         if not QUANTITY.match(value):
             raise ValueError(f"requestBufferLimit {value!r} is not a Kubernetes quantity such as 50Mi")
+        size = quantity_value(value)
+        # Envoy Gateway v1.9.0 internal/gatewayapi/clienttrafficpolicy.go `buildConnection`: a whole number of
+        # bytes (`AsInt64`) from 0 to 2^32-1, or the ClientTrafficPolicy is not accepted.
+        if size != size.to_integral_value() or size > MAX_BUFFER_LIMIT:
+            raise ValueError(
+                f"requestBufferLimit {value!r} is not a whole number of bytes up to {MAX_BUFFER_LIMIT:,} (4Gi - 1), "
+                "which Envoy Gateway requires of a connection buffer: give a size such as 50Mi"
+            )
         return value
 
 
@@ -129,7 +163,7 @@ MIB = 1024 * 1024
 EXTENSION_MESSAGE_LIMIT_DEFAULT = "16Mi"
 MIN_EXTENSION_MESSAGE_LIMIT = 4 * 1024 * 1024
 MAX_EXTENSION_MESSAGE_LIMIT = 512 * 1024 * 1024
-_MESSAGE_SIZE = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|k|M|G|)$")
+_MESSAGE_SIZE = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|k|M|G|)\Z")
 _MESSAGE_SIZE_FACTORS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB}
 
 

@@ -5,10 +5,22 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from core import money
+from core.model_names import model_name_problem
 from core.settings.base import ConfigModel
+
+
+def _priced_model(name: str) -> str:
+    problem = model_name_problem(name, "prices")
+    if problem:
+        raise ValueError(f"model name {name[:200]!r} {problem}. Write the name exactly as the provider bills it")
+    return name
+
+
+# A key of `prices`: a model name as routes hold them (core.model_names), checked key by key.
+PricedModel = Annotated[str, AfterValidator(_priced_model)]
 
 
 def _price(field: str) -> Any:

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, QUANTITY, ConfigModel, check_dns_label
+from core.names import is_dns_subdomain
+from core.settings.base import CONFIG_KEY, QUANTITY, ConfigModel, check_dns_label, check_image_reference
 
 RedisMode = Literal["in-cluster", "external"]
 RedisType = Literal["single", "sentinel", "cluster"]
@@ -73,22 +74,26 @@ class RedisSettings(ConfigModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        if not value or any(ch.isspace() for ch in value):
-            raise ValueError(f"image {value!r} is not an image reference such as redis:8.2.4-alpine3.22")
-        return value
+        return check_image_reference(value, "image", "redis:8.2.4-alpine3.22")
 
     @field_validator("storage_size")
     @classmethod
     def _size(cls, value: str) -> str:
         if not QUANTITY.match(value):
             raise ValueError(f"storageSize {value!r} is not a Kubernetes quantity such as 1Gi")
+        if not re.search("[1-9]", value.rstrip("KiMGTPE")):
+            # pkg/apis/core/validation ValidatePersistentVolumeClaimSpec: ValidatePositiveQuantityValue on storage.
+            raise ValueError(
+                f"storageSize {value!r} is zero: the API server refuses a volume claim of no storage. Give a size "
+                "such as 1Gi"
+            )
         return value
 
     @field_validator("storage_class")
     @classmethod
     def _storage_class(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
-            raise ValueError(f"storageClass {value!r} is not a StorageClass name such as standard")
+        if value is not None and not is_dns_subdomain(value):
+            raise ValueError(f"storageClass {value!r} is not a StorageClass name (a DNS subdomain) such as standard")
         return value
 
     @field_validator("password_config")
@@ -133,7 +138,7 @@ def redis_url_problem(url: str, redis_type: str) -> str | None:
     parts = [part.strip() for part in url.split(",")]
     master, hosts = redis_url_parts(url, redis_type)
     if redis_type == "sentinel":
-        if not hosts or not re.match(r"^[A-Za-z0-9._-]+$", str(master)):
+        if not hosts or not re.match(r"^[A-Za-z0-9._-]+\Z", str(master)):
             return (
                 f"url {url!r} is not a sentinel list: with type sentinel write "
                 "<master name>,<sentinel host>:<port>[,...], e.g. mymaster,sentinel-0.example:26379"
@@ -144,7 +149,7 @@ def redis_url_problem(url: str, redis_type: str) -> str | None:
             "or set type to sentinel or cluster"
         )
     for part in hosts:
-        match = re.match(r"^[A-Za-z0-9.-]+:([0-9]{1,5})$", part)
+        match = re.match(r"^[A-Za-z0-9.-]+:([0-9]{1,5})\Z", part)
         if not match or not 1 <= int(match.group(1)) <= 65535:
             return f"url part {part!r} must be host:port with a port from 1 to 65535"
     for part in parts:

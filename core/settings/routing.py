@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from core import money
-from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, DURATION, ConfigModel, check_dns_label
+from core.model_names import model_name_problem
+from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, DURATION, ConfigModel, check_dns_label, check_image_reference
 from core.settings.budgets import MAX_TOKENS
 
 MAX_MODELS_PER_ROUTE = 128
@@ -196,13 +197,13 @@ class Route(ConfigModel):
         return money.billed_models(self.models, self.model_name_override)
 
 
-def _check_model_name(model: str, what: str) -> None:
+def _check_model_name(model: str, what: Literal["model name", "modelNameOverride"]) -> None:
     """A model name goes into header matches and, as a CEL string, into the route's cost expression."""
-    if not model or len(model) > 4096 or model != model.strip():
-        raise ValueError(f"{what} {model!r} must be a non-empty string without surrounding spaces")
-    problem = money.cel_string_problem(model)
+    if not model or model != model.strip():
+        raise ValueError(f"{what} {model[:200]!r} must be a non-empty string without surrounding spaces")
+    problem = model_name_problem(model, "models" if what == "model name" else "modelNameOverride")
     if problem:
-        raise ValueError(f"{what} {model!r} {problem}. Write the name exactly as the provider expects it")
+        raise ValueError(f"{what} {model[:200]!r} {problem}. Write the name exactly as the provider expects it")
 
 
 class MockModelSettings(ConfigModel):
@@ -211,3 +212,8 @@ class MockModelSettings(ConfigModel):
     total_tokens: int = Field(default=200, ge=1, le=1_000_000_000, description="Tokens the mock reports per call.")
     image: str = Field(default="python:3.12-alpine", description="Image that runs the mock's Python server.")
     replicas: int = Field(default=1, ge=1, le=10, description="Mock model pods.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return check_image_reference(value, "image", "python:3.12-alpine")

@@ -20,7 +20,7 @@ from core.settings.platform import (
     PlatformSettings,
     RateLimitSettings,
 )
-from core.settings.prices import ModelPrices
+from core.settings.prices import ModelPrices, PricedModel
 from core.settings.redis import RedisSettings
 from core.settings.routing import MockModelSettings, Provider, Route
 from core.settings.substrate import SubstrateSettings
@@ -51,7 +51,7 @@ class StackSettings(ConfigModel):
         ),
     )
     budgets: BudgetsConfig = Field(description="The default budget and the classes.")
-    prices: dict[str, ModelPrices] = Field(
+    prices: dict[PricedModel, ModelPrices] = Field(
         default_factory=dict,
         json_schema_extra={"mapKey": "model"},
         description=(

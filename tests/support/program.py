@@ -17,6 +17,7 @@ from typing import Any
 from unittest import mock
 
 import pulumi
+from pulumi.runtime import rpc
 
 from tests.support.agent_router_cel import check_cost_expression
 from tests.support.monitor import RecordingMonitor
@@ -114,6 +115,34 @@ class ProgramRun:
             for r in self.resources
             if r.type.startswith("kubernetes:") and not r.type.startswith(builtin) and r.custom
         ]
+
+    def builtin_resources(self) -> list[Registered]:
+        """Resources of built-in Kubernetes kinds: every Kubernetes resource that is neither a Helm release nor a
+        custom resource (tests/support/kubernetes_schema.py checks them)."""
+        custom = {id(resource) for resource in self.custom_resources()}
+        return [
+            r
+            for r in self.resources
+            if r.type.startswith("kubernetes:")
+            and r.custom
+            and not r.type.startswith("kubernetes:helm.sh/")
+            and id(r) not in custom
+        ]
+
+    def builtin_objects(self) -> list[dict[str, Any]]:
+        """The built-in objects as the cluster receives them: secrets in plain text (the engine unwraps them)."""
+        return [plain(resource.as_object()) for resource in self.builtin_resources()]
+
+
+def plain(value: Any) -> Any:
+    """`value` with every Pulumi secret (the engine's wrapper of a secret input) replaced by what it holds."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return plain(value["value"])
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
 
 
 def stack_config(stack: str) -> dict[str, Any]:

@@ -9,7 +9,10 @@ then checked by the program's own validation, `core.validation.validate_stack`, 
 Pulumi's rules followed here (pulumi/pulumi `sdk/go/common/workspace/project.go` and `config` packages):
 stack files live beside `Pulumi.yaml` unless `stackConfigDir` says otherwise; a secret is stored as
 `{secure: <ciphertext>}`; project-level values in `Pulumi.yaml` (`config: {key: value}` or
-`{key: {value: ...}}`) apply to every stack and a stack file overrides them.
+`{key: {value: ...}}`) apply to every stack and a stack file overrides them. Pulumi reads both files with
+gopkg.in/yaml.v3 (sdk/go/common/workspace/loaders.go `LoadProjectStackBytes` and `LoadProjectBytes` through
+sdk/go/common/encoding/marshal.go, pulumi v3.259.0), whose decoder refuses a map that holds the same key twice
+(yaml.v3 v3.0.1 decode.go `mapping`, `uniqueKeys`): so is such a file refused here, never read last-wins.
 """
 
 from __future__ import annotations
@@ -65,9 +68,62 @@ def find_project_dir(start: Path) -> Path:
     )
 
 
+def _key_path(path: str, key: yaml.Node) -> str:
+    text = str(key.value) if isinstance(key, yaml.ScalarNode) else "<" + key.id + ">"
+    return f"{path}.{text}" if path else text
+
+
+def duplicate_key(document: yaml.Node) -> str | None:
+    """The first map in `document` that holds a key twice, described for the user; None when there is none.
+
+    Keys are compared as yaml.v3 compares them: by node kind and written value, so `a`, `'a'` and `"a"` are the
+    same key (and `1` and `"1"` too), while `true` and `True` are not.
+    """
+    visited: set[int] = set()
+    pending: list[tuple[yaml.Node, str]] = [(document, "")]
+    while pending:
+        node, path = pending.pop()
+        if id(node) in visited:  # an alias names a node already walked
+            continue
+        visited.add(id(node))
+        children: list[tuple[yaml.Node, str]] = []
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                identity = (key.id, str(key.value) if isinstance(key, yaml.ScalarNode) else "")
+                line = key.start_mark.line + 1
+                if identity in first_line:
+                    return (
+                        f"line {line}: the key {identity[1]!r} is written twice in one map "
+                        f"({_key_path(path, key)}, first at line {first_line[identity]}); Pulumi refuses the file "
+                        f'(mapping key "{identity[1]}" already defined at line {first_line[identity]}): keep one'
+                    )
+                first_line[identity] = line
+                children.append((value, _key_path(path, key)))
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(item, f"{path}[{index}]") for index, item in enumerate(node.value)]
+        pending.extend(reversed(children))
+    return None
+
+
+def _read_yaml(text: str) -> Any:
+    """The one document in `text`, refused as Pulumi refuses it when a map holds a key twice."""
+    loader = yaml.SafeLoader(text)
+    try:
+        document = loader.get_single_node()
+        if document is None:
+            return None
+        duplicate = duplicate_key(document)
+        if duplicate:
+            raise StackError(duplicate)
+        return loader.construct_document(document)
+    finally:
+        loader.dispose()
+
+
 def _load_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return _read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise StackError(
             f"{path} is not UTF-8 text (byte 0x{error.object[error.start]:02X} at offset {error.start}; "
@@ -75,6 +131,8 @@ def _load_yaml(path: Path) -> Any:
         ) from None
     except yaml.YAMLError as error:
         raise StackError(f"{path} is not valid YAML: {error}") from None
+    except StackError as error:
+        raise StackError(f"{path} {error}") from None
     except OSError as error:
         raise StackError(f"{path} cannot be read: {error.strerror}") from None
     except RecursionError:
