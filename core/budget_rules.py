@@ -1,35 +1,55 @@
 """Compile `agent-budgets:budgets` into the rules of the one BackendTrafficPolicy that holds every budget.
 
-Pure functions over plain data. Every limit of every budget is one rate-limit rule; Envoy Gateway applies
-every rule whose selectors match, so an actor's request is refused as soon as any of its limits is spent,
-and each response charges all of them. The layout is chosen so that counters survive configuration edits:
+Pure functions over plain data. Every limit of every budget and pool is one rate-limit rule; Envoy Gateway
+applies every rule whose selectors match ("If a request matches multiple rules, each of their associated
+limits get applied", envoyproxy/gateway v1.9.0 `api/v1alpha1/ratelimit_types.go`), so an actor's request is
+refused as soon as any of its limits, or any limit of a pool it is in, is spent, and each response charges all
+of them. The layout is chosen so that counters survive configuration edits:
 
 * Envoy's rate-limit service keys a counter by the policy, the rule index and every descriptor entry of
-  the rule (`rule-<k>-match-<m>`), plus the actor id for the Distinct match. Regular-expression values are
-  not part of the key; the number of matches in a rule is.
-* Rules come in blocks of `limitSlots` (budgetPolicy.limitSlots, default 1): budget b (0 = the default,
-  k = class k-1 in config order) owns rule indexes b*limitSlots .. b*limitSlots + limitSlots - 1, and its
-  j-th limit is rule b*limitSlots + j. Appending a class appends a block; appending a limit fills the next
-  slot of its own block; neither moves any other rule. A slot without a limit (before the last real rule)
-  holds a reserved rule that matches no actor. With limitSlots 1 this is exactly the single-limit layout
-  of earlier versions, so existing stacks keep their counters.
+  the rule (`rule-<k>-match-<m>`), plus the actor id for the Distinct match (v1.9.0
+  `internal/xds/translator/ratelimit.go` `buildRouteRateLimits`, `buildHeaderMatchRateLimitActions`;
+  envoyproxy/ratelimit `src/limiter/cache_key.go`). Regular-expression values are not part of the key; the
+  number of matches in a rule, and where the Distinct one sits, are.
+* Rules come in blocks of `limitSlots` (budgetPolicy.limitSlots, default 1), and a block's j-th rule is its
+  j-th limit. Block 0 is the default budget; blocks 1 to `poolSlots` (budgetPolicy.poolSlots, default 0) are
+  the pools in config order; class k-1 is block `poolSlots + k`. Appending a class appends a block; appending
+  a pool fills the next pool block; appending a limit fills the next slot of its own block; none moves any
+  other rule. A slot without a limit (before the last real rule) holds a reserved rule that matches no actor.
+  With limitSlots 1 and no pool slots this is exactly the single-limit layout of earlier versions, so
+  existing stacks keep their counters.
 * Every rule of the default budget has Distinct on `x-actor-id` followed by a fixed number of inverted
   regular expressions ("exclusion slots") that exclude every class member. Members are packed into the
   slots; unused slots hold a pattern that matches nothing. The slot count never depends on the classes,
   so adding or moving a class member leaves every default counter key unchanged.
 * Every rule of a class has Distinct plus one regular expression that admits exactly its actors.
+* A pool's rules have no Distinct match: one regular expression admits its members (listed actors, and
+  `^actor/<atespace>/[^/]+$` for every actor of a whole atespace, present or future), so every member's
+  calls charge the same counter. A member's own budget still applies: the pool is charged in addition.
+* A per-model limit's rule starts with a match on `x-ai-eg-model`, the model name the agent sent: Agent
+  Router's router-level filter sets it from the request body, overwriting any value the client sent, before
+  the rate-limit filter builds its descriptors, and no `modelNameOverride` changes it (envoyproxy/ai-gateway
+  v1.1.0 `internal/extproc/processor_impl.go` :282-290 and `SetBackend` :700-709, which changes only the
+  processor's own copy; `internal/extensionserver/post_translate_modify.go` inserts that filter before the
+  rate-limit filter). The match comes first, so in a budget's rule the actor id sits one place later in the
+  key than in any limit over every model.
 * A limit's kind is told apart in the counter key by a number of extra, always-true matches (an inverted
-  pattern that matches nothing): none for tokens, one for usd, two for calls (`KIND_MARKERS`; a new kind
-  takes the next number). Two kinds never share a Redis key, so changing a limit's kind in place starts
-  that limit afresh instead of reading tokens as mills or as calls.
-* Every rule is `shared: true` (one bucket per actor across all model routes). A tokens or usd limit
-  costs nothing on the request and charges the response: `llm_total_token`, or the call's price in mills
-  (`agent_budgets_usd_mills`, see core/money.py), both reported by Agent Router. A calls limit charges 1
-  on the request and nothing on the response, so it counts the calls checked, refused ones included.
+  pattern that matches nothing): `KIND_MARKERS`, none for tokens (total), one for usd, two for calls, then
+  the token kinds input, output and cachedInput; a new kind takes the next number. In a pool's rule, which
+  has no actor value in its key, the count alone tells limits apart, so a pool rule carries twice its kind's
+  markers and a per-model pool limit one more match (the model match): even counts for limits over every
+  model, odd for per-model ones. Two kinds never share a Redis key, so changing a limit's kind in place
+  starts that limit afresh instead of reading tokens as mills, calls or other tokens.
+* Every rule is `shared: true` (one bucket per actor, or per pool, across all model routes). A tokens or usd
+  limit costs nothing on the request and charges the response with what Agent Router reports under its
+  kind's metadata key (`llm_total_token`, `llm_input_token`, `llm_output_token`, `llm_cached_input_token`, or
+  the call's price in mills, `agent_budgets_usd_mills`, see core/money.py). A calls limit charges 1 on the
+  request and nothing on the response, so it counts the calls checked, refused ones included.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,17 +57,46 @@ from typing import Any, Literal
 
 from core.money import UINT32_MAX, USD_METADATA_KEY, mills_to_usd, usd_to_mills
 from core.problems import PROJECT, ConfigError, Problem
-from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig
+from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig, TokenKind
 
 ACTOR_HEADER = "x-actor-id"
+MODEL_HEADER = "x-ai-eg-model"
+"""The model name the agent sent, set by Agent Router before the rate-limit filter runs (module docstring;
+envoyproxy/ai-gateway v1.1.0 `api/v1beta1/shared_types.go` `AIModelHeaderKey`)."""
 SUBJECT_PREFIX = "actor/"
 COST_METADATA_NAMESPACE = "io.envoy.ai_gateway"
 COST_METADATA_KEY = "llm_total_token"
-METADATA_KEYS: dict[str, str] = {"tokens": COST_METADATA_KEY, "usd": USD_METADATA_KEY}
-"""The dynamic-metadata key a limit's rule charges at the end of a response, by the limit's unit (a calls
+TOKEN_METADATA_KEYS: dict[TokenKind, str] = {
+    "total": COST_METADATA_KEY,
+    "input": "llm_input_token",
+    "output": "llm_output_token",
+    "cachedInput": "llm_cached_input_token",
+}
+"""The metadata key Agent Router reports each kind of tokens under (the keys of upstream's own example,
+envoyproxy/ai-gateway v1.1.0 `examples/token_ratelimit/token_ratelimit.yaml`)."""
+TOKEN_COST_TYPES: dict[TokenKind, str] = {
+    "total": "TotalToken",
+    "input": "InputToken",
+    "output": "OutputToken",
+    "cachedInput": "CachedInputToken",
+}
+"""The `llmRequestCosts` type that computes each kind (envoyproxy/ai-gateway v1.1.0 `internal/filterapi/
+filterconfig.go` `LLMRequestCostType*`; `internal/extproc/processor_impl.go` `evalCost` reads one usage field
+per type, 0 when the provider sent none)."""
+Kind = Literal["tokens", "usd", "calls", "input", "output", "cachedInput"]
+METADATA_KEYS: dict[str, str] = {
+    "tokens": COST_METADATA_KEY,
+    "usd": USD_METADATA_KEY,
+    "input": TOKEN_METADATA_KEYS["input"],
+    "output": TOKEN_METADATA_KEYS["output"],
+    "cachedInput": TOKEN_METADATA_KEYS["cachedInput"],
+}
+"""The dynamic-metadata key a limit's rule charges at the end of a response, by the limit's kind (a calls
 limit charges the request instead)."""
-KIND_MARKERS: dict[str, int] = {"tokens": 0, "usd": 1, "calls": 2}
-"""Always-true matches appended to a limit's rule by its unit: the kind's part of the counter key."""
+KIND_MARKERS: dict[Kind, int] = {"tokens": 0, "usd": 1, "calls": 2, "input": 3, "output": 4, "cachedInput": 5}
+"""Always-true matches appended to a limit's rule by its kind: the kind's part of the counter key."""
+POOL_MARKER_FACTOR = 2
+"""A pool rule carries this many times its kind's markers (its per-model limits one match more)."""
 CALL_COST = 1
 """What a calls limit's rule charges on the request: one call."""
 
@@ -61,6 +110,8 @@ MAX_LIMIT_SLOTS = MAX_LIMITS_PER_BUDGET
 """The most limits one budget may have (budgetPolicy.limitSlots)."""
 LIMIT_SLOTS_ANNOTATION = "agent-budgets.dev/limit-slots"
 """On the budget policy: its budgetPolicy.limitSlots, so a reader can tell which rules form one budget."""
+POOL_SLOTS_ANNOTATION = "agent-budgets.dev/pool-slots"
+"""On the budget policy when it has pool slots: blocks 1 to this number hold pools (one shared bucket each)."""
 RESERVED_LIMIT = {"requests": UINT32_MAX, "unit": "Year"}
 """A reserved slot's limit: it matches nobody, and would never refuse anyone if it did."""
 
@@ -70,6 +121,15 @@ MATCHES_NOTHING = "^$."
 _RE2_LITERAL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-/ ")
 
 Unit = Literal["tokens", "usd", "calls"]
+KIND_TEXT: dict[Kind, str] = {
+    "tokens": "tokens",
+    "usd": "usd",
+    "calls": "calls",
+    "input": "input tokens",
+    "output": "output tokens",
+    "cachedInput": "cached input tokens",
+}
+"""A kind as people read it in a limit: `500 output tokens per Hour`."""
 SPEND_UNITS: tuple[Unit, ...] = ("tokens", "usd")
 """The units a response is charged in (a calls limit counts calls, not spend)."""
 
@@ -141,13 +201,71 @@ def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) ->
     return chunks
 
 
+def atespace_pattern(atespaces: Iterable[str]) -> str:
+    """The unanchored RE2 alternative matching every Substrate subject of these atespaces, present or future:
+    `actor/(?:agents|lab)/[^/]+`. A subject is `actor/<atespace>/<name>` and a name holds no `/`, so nothing
+    of another atespace, or of another identity source, can match."""
+    names = "|".join(re2_escape(atespace) for atespace in sorted(set(atespaces)))
+    return f"{re2_escape(SUBJECT_PREFIX)}(?:{names})/[^/]+"
+
+
+def atespace_of(actor_id: str) -> str | None:
+    """The atespace of a Substrate actor id `<atespace>/<name>`; None for any other id."""
+    parts = actor_id.split("/")
+    return parts[0] if len(parts) == 2 and ":" not in actor_id else None
+
+
+def pool_regex(members: Iterable[str], atespaces: Iterable[str]) -> str:
+    """One anchored RE2 pattern admitting a pool's members: its listed actors and every actor of its atespaces.
+
+    A rule cannot OR two matches (a selector's header matches are ANDed, and so are selectors), so a pool is
+    one pattern or nothing: `^(?:actor/(?:agents/(?:a))|actor/(?:lab)/[^/]+)$`.
+    """
+    whole = sorted(set(atespaces))
+    listed = [actor for actor in members if atespace_of(actor) not in whole]
+    parts = []
+    if listed:
+        parts.append(actors_regex(listed)[1:-1])  # without its anchors
+    if whole:
+        parts.append(atespace_pattern(whole))
+    if not parts:
+        return MATCHES_NOTHING
+    return f"^{parts[0]}$" if len(parts) == 1 else f"^(?:{'|'.join(parts)})$"
+
+
+def model_match(models: Sequence[str]) -> dict[str, Any]:
+    """The `x-ai-eg-model` header match admitting exactly these model names: Exact for one (as upstream's own
+    per-model example, envoyproxy/ai-gateway v1.1.0 `site/docs/capabilities/traffic/usage-based-ratelimiting.md`),
+    else one anchored, fully escaped alternation (a rule cannot OR two matches). Names are matched exactly and
+    case-sensitively, as Agent Router's model routing matches them."""
+    names = sorted(set(models))
+    if len(names) == 1:
+        return {"name": MODEL_HEADER, "type": "Exact", "value": names[0]}
+    return {"name": MODEL_HEADER, "type": "RegularExpression", "value": models_regex(names)}
+
+
+def models_regex(models: Iterable[str]) -> str:
+    """`^(?:gpt-4\\.1|gpt-4o)$`: the names, escaped, in one anchored alternation."""
+    return f"^(?:{'|'.join(re2_escape(model) for model in sorted(set(models)))})$"
+
+
 @dataclass(frozen=True)
 class LimitSpec:
-    """One limit of a budget, as plain data: `amount` tokens or calls (int) or dollars (Decimal) per `per`."""
+    """One limit of a budget or pool, as plain data: `amount` tokens or calls (int) or dollars (Decimal) per
+    `per`; a tokens limit counts the tokens of `count`; with `models`, only calls to those models count."""
 
     unit: Unit
     amount: int | Decimal
     per: str
+    count: TokenKind = "total"
+    models: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> Kind:
+        """What the counter counts: `tokens` (total), `input`, `output`, `cachedInput`, `usd` or `calls`."""
+        if self.unit == "tokens" and self.count != "total":
+            return self.count
+        return self.unit
 
     @property
     def requests(self) -> int:
@@ -159,30 +277,64 @@ class LimitSpec:
     @property
     def metadata_key(self) -> str | None:
         """The Agent Router metadata key this limit's rule charges (None: a calls limit charges the request)."""
-        return METADATA_KEYS.get(self.unit)
+        return METADATA_KEYS.get(self.kind)
 
     @property
     def counts_spend(self) -> bool:
         """Whether responses are charged to this limit (tokens or usd), rather than calls counted."""
         return self.unit in SPEND_UNITS
 
+    def covers(self, other: LimitSpec) -> bool:
+        """Whether every call `other` counts is also counted here (same models, or every model here)."""
+        return not self.models or (bool(other.models) and set(other.models) <= set(self.models))
+
     def describe(self) -> dict[str, Any]:
-        """Unit, amount and window, for stack outputs and reports."""
+        """Unit, amount and window (and `count`, `models` when they narrow it), for stack outputs and reports."""
         amount: int | float = float(self.amount) if self.unit == "usd" else int(self.amount)
-        return {"unit": self.unit, "amount": amount, "per": self.per}
+        described: dict[str, Any] = {"unit": self.unit, "amount": amount, "per": self.per}
+        if self.kind != self.unit:
+            described["count"] = self.count
+        if self.models:
+            described["models"] = list(self.models)
+        return described
 
 
 @dataclass(frozen=True)
 class BudgetSpec:
     """A budget as plain data: its limits (every one applies) and, for a class, its members.
 
-    `key` is the budget's configuration key (`budgets.default`, `budgets.classes[2]`) for messages.
+    `key` is the budget's configuration key (`budgets.default`, `budgets.classes[2]`) and `limit_keys` each
+    limit's (`budgets.default.limits[1]`, or the budget's own key in the short form), for messages.
     """
 
     name: str
     limits: tuple[LimitSpec, ...]
     actors: tuple[str, ...] = ()
     key: str = ""
+    limit_keys: tuple[str, ...] = ()
+
+    def limit_key(self, position: int, fallback: str) -> str:
+        """The configuration key of limit `position`."""
+        if position < len(self.limit_keys):
+            return self.limit_keys[position]
+        return f"{self.key or fallback}.limits[{position}]"
+
+
+@dataclass(frozen=True)
+class PoolSpec(BudgetSpec):
+    """A pool as plain data: its limits, charged by all of its members together; `actors` are the listed
+    members, `atespaces` the Substrate atespaces all of whose actors are members, present or future."""
+
+    atespaces: tuple[str, ...] = ()
+
+    def admits(self, actor_id: str) -> bool:
+        """Whether the pool's rules charge the calls of `actor_id` (what `pool_regex` admits)."""
+        return actor_id in self.actors or atespace_of(actor_id) in self.atespaces
+
+    @property
+    def pattern(self) -> str:
+        """The one `x-actor-id` pattern that admits the members."""
+        return pool_regex(self.actors, self.atespaces)
 
 
 @dataclass(frozen=True)
@@ -190,12 +342,14 @@ class CompiledRule:
     """One rate-limit rule and the bookkeeping outputs, reports and the policy pack read."""
 
     index: int
-    budget: str  # "default", the class name, or "" for a reserved slot
-    budget_index: int  # 0 for the default, k for class k-1
-    limit_index: int  # position of the limit in its budget's list
+    budget: str  # "default", the class or pool name, or "" for a reserved slot
+    budget_index: int | None  # 0 for the default, k for class k-1; None in the pools' blocks
+    limit_index: int  # position of the limit in its budget's (or pool's) list
     limit: LimitSpec | None  # None for a reserved slot
-    actors: tuple[str, ...]  # class members admitted (empty for the default rule)
+    actors: tuple[str, ...]  # class or pool members admitted (empty for the default rule)
     headers: tuple[dict[str, Any], ...]  # concatenated header matches, selector by selector
+    pool_index: int | None = None  # p for the rules of pool p (or of its reserved block)
+    atespaces: tuple[str, ...] = ()  # a pool's whole atespaces
 
     @property
     def reserved(self) -> bool:
@@ -203,10 +357,17 @@ class CompiledRule:
         return self.limit is None
 
     @property
+    def pooled(self) -> bool:
+        """A pool's limit: one counter for all of its members."""
+        return self.pool_index is not None and self.limit is not None
+
+    @property
     def purpose(self) -> str:
-        """`default`, `class:<name>` or `reserved`."""
+        """`default`, `class:<name>`, `pool:<name>` or `reserved`."""
         if self.limit is None:
             return "reserved"
+        if self.pool_index is not None:
+            return f"pool:{self.budget}"
         return "default" if self.budget_index == 0 else f"class:{self.budget}"
 
     @property
@@ -251,7 +412,7 @@ class CompiledRule:
 
 @dataclass(frozen=True)
 class BudgetRules:
-    """The compiled policy: rules in index order, and where each budget and class member landed."""
+    """The compiled policy: rules in index order, and where each budget, pool and class member landed."""
 
     rules: tuple[CompiledRule, ...]
     exclusion_slots: int
@@ -259,6 +420,8 @@ class BudgetRules:
     limit_slots: int = 1
     class_of_actor: dict[str, int] = field(default_factory=dict)
     """Each class member → its budget index (k for class k-1; the default, 0, holds everyone else)."""
+    pool_slots: int = 0
+    pools: tuple[PoolSpec, ...] = ()
 
     def specs(self) -> list[dict[str, Any]]:
         """Every rule as a BackendTrafficPolicy rule, in index order (reserved slots included)."""
@@ -269,18 +432,45 @@ class BudgetRules:
         """The rules that hold a configured limit (no reserved slot)."""
         return tuple(rule for rule in self.rules if not rule.reserved)
 
+    @functools.cached_property
+    def _rules_by_owner(self) -> dict[tuple[str, int], tuple[CompiledRule, ...]]:
+        """("budget", b) or ("pool", p) → its limit rules in limit order, grouped once (asked once per actor)."""
+        grouped: dict[tuple[str, int], list[CompiledRule]] = {}
+        for rule in self.limit_rules:
+            owner = ("pool", rule.pool_index) if rule.pool_index is not None else ("budget", rule.budget_index)
+            grouped.setdefault(owner, []).append(rule)  # type: ignore[arg-type]
+        return {owner: tuple(rules) for owner, rules in grouped.items()}
+
     def rules_of_budget(self, budget_index: int) -> tuple[CompiledRule, ...]:
         """The rules of one budget (0 for the default, k for class k-1), in limit order."""
-        return tuple(rule for rule in self.limit_rules if rule.budget_index == budget_index)
+        return self._rules_by_owner.get(("budget", budget_index), ())
+
+    def rules_of_pool(self, pool_index: int) -> tuple[CompiledRule, ...]:
+        """The rules of pool `pool_index` (its position in `budgets.pools`), in limit order."""
+        return self._rules_by_owner.get(("pool", pool_index), ())
 
     def rules_for_actor(self, actor_id: str) -> tuple[CompiledRule, ...]:
-        """Every rule that charges actor `<atespace>/<name>`: its class's limits, or the default's."""
+        """Every rule of the actor's own budget (`<atespace>/<name>`): its class's limits, or the default's."""
         return self.rules_of_budget(self.class_of_actor.get(actor_id, 0))
+
+    def pools_of_actor(self, actor_id: str) -> tuple[int, ...]:
+        """The positions of the pools the actor is in (listed, or of a whole atespace)."""
+        return tuple(position for position, pool in enumerate(self.pools) if pool.admits(actor_id))
+
+    def pool_rules_for_actor(self, actor_id: str) -> tuple[CompiledRule, ...]:
+        """Every rule of every pool the actor is in, pool by pool."""
+        return tuple(rule for position in self.pools_of_actor(actor_id) for rule in self.rules_of_pool(position))
+
+    def model_names(self) -> tuple[str, ...]:
+        """Every model some per-model limit names, sorted."""
+        return tuple(sorted({m for rule in self.limit_rules if rule.limit is not None for m in rule.limit.models}))
 
     def summary(self) -> list[dict[str, Any]]:
         """A small, secret-free description of every limit's rule for stack outputs."""
-        return [
-            {
+        summary = []
+        for rule in self.limit_rules:
+            assert rule.limit is not None
+            entry = {
                 "rule": rule.index,
                 "budget": rule.purpose,
                 "limit": rule.limit_index,
@@ -288,9 +478,10 @@ class BudgetRules:
                 "requests": rule.limit.requests,
                 "members": len(rule.actors),
             }
-            for rule in self.limit_rules
-            if rule.limit is not None
-        ]
+            if rule.pool_index is not None:
+                entry["atespaces"] = list(rule.atespaces)
+            summary.append(entry)
+        return summary
 
 
 def _distinct() -> dict[str, Any]:
@@ -309,18 +500,77 @@ def _always() -> dict[str, Any]:
     return _regex(MATCHES_NOTHING, invert=True)
 
 
-def _with_unit(headers: tuple[dict[str, Any], ...], limit: LimitSpec) -> tuple[dict[str, Any], ...]:
-    return (*headers, *(_always() for _ in range(KIND_MARKERS[limit.unit])))
+def marker_count(limit: LimitSpec, pooled: bool) -> int:
+    """The always-true matches a limit's rule ends with: its kind's, doubled in a pool's rule."""
+    return KIND_MARKERS[limit.kind] * (POOL_MARKER_FACTOR if pooled else 1)
+
+
+def extra_matches(limit: LimitSpec, pooled: bool = False) -> int:
+    """The matches a limit adds to its budget's (or pool's) own: the model match and the kind's markers."""
+    return (1 if limit.models else 0) + marker_count(limit, pooled)
+
+
+def limit_headers(headers: tuple[dict[str, Any], ...], limit: LimitSpec, pooled: bool) -> tuple[dict[str, Any], ...]:
+    """A limit's matches: the model match first (when it names models), the budget's or pool's own, then the
+    kind's markers."""
+    model = (model_match(limit.models),) if limit.models else ()
+    return (*model, *headers, *(_always() for _ in range(marker_count(limit, pooled))))
 
 
 def _key(spec: BudgetSpec, fallback: str) -> str:
     return spec.key or fallback
 
 
+@dataclass(frozen=True)
+class _Block:
+    """One block of `limitSlots` rules: the default budget, a pool (or a pool slot not used yet), or a class."""
+
+    number: int
+    spec: BudgetSpec | None
+    budget_index: int | None
+    pool_index: int | None
+    key: str
+
+
+def _blocks(
+    default: BudgetSpec, classes: Sequence[BudgetSpec], pools: Sequence[PoolSpec], pool_slots: int
+) -> list[_Block]:
+    """Every block in rule order, up to the last one that holds a budget or pool."""
+    blocks = [_Block(0, default, 0, None, _key(default, "budgets.default"))]
+    for position in range(max(pool_slots, len(pools))):
+        pool = pools[position] if position < len(pools) else None
+        key = _key(pool, f"budgets.pools[{position}]") if pool else f"budgets.pools[{position}]"
+        blocks.append(_Block(1 + position, pool, None, position, key))
+    for position, budget_class in enumerate(classes, start=1):
+        blocks.append(
+            _Block(
+                pool_slots + position,
+                budget_class,
+                position,
+                None,
+                _key(budget_class, f"budgets.classes[{position - 1}]"),
+            )
+        )
+    while blocks[-1].spec is None:
+        blocks.pop()
+    return blocks
+
+
+def _last_index(blocks: Sequence[_Block], limit_slots: int) -> int:
+    last = blocks[-1]
+    assert last.spec is not None
+    return last.number * limit_slots + max(len(last.spec.limits), 1) - 1
+
+
 def _layout_problems(
-    default: BudgetSpec, classes: Sequence[BudgetSpec], exclusion_slots: int, limit_slots: int
+    default: BudgetSpec,
+    classes: Sequence[BudgetSpec],
+    exclusion_slots: int,
+    limit_slots: int,
+    pools: Sequence[PoolSpec] = (),
+    pool_slots: int = 0,
 ) -> list[Problem]:
-    """Every reason the budgets cannot be laid out as rules within Envoy Gateway's caps."""
+    """Every reason the budgets and pools cannot be laid out as rules within Envoy Gateway's caps."""
     problems: list[Problem] = []
     if not 1 <= exclusion_slots <= MAX_EXCLUSION_SLOTS:
         problems.append(
@@ -335,9 +585,33 @@ def _layout_problems(
             Problem("budgetPolicy.limitSlots", f"is {limit_slots}: it must be between 1 and {MAX_LIMIT_SLOTS}")
         )
         return problems
-    budgets = [default, *classes]
-    for position, budget in enumerate(budgets):
-        where = _key(budget, "budgets.default" if position == 0 else f"budgets.classes[{position - 1}]")
+    if len(pools) > pool_slots:
+        restart = (
+            "Every class's rules move when it changes, so class counters restart once (the default budget's and "
+            "the pools' keep theirs)"
+            if classes
+            else "With no class yet, no counter moves"
+        )
+        problems.append(
+            Problem(
+                "budgetPolicy.poolSlots",
+                f"is {pool_slots}, but budgets.pools has {len(pools)} pool(s): set {PROJECT}:budgetPolicy.poolSlots to "
+                f"{len(pools)} or more, with room for the pools you expect to add. {restart}",
+            )
+        )
+    blocks = _blocks(default, classes, pools, pool_slots)
+    moved = (
+        "Every class's and pool's rules move when it changes, so their counters restart once (the default budget's "
+        "keep theirs)"
+        if pool_slots
+        else "Every class's rules move when it changes, so class counters restart once (the default budget's keep "
+        "theirs)"
+    )
+    for block in blocks:
+        budget = block.spec
+        if budget is None:
+            continue
+        where = block.key
         if not budget.limits:
             problems.append(Problem(where, "has no limit: give it tokens (or usd) and per, or a non-empty limits list"))
         elif len(budget.limits) > limit_slots:
@@ -345,20 +619,34 @@ def _layout_problems(
                 Problem(
                     f"{where}.limits",
                     f"has {len(budget.limits)} limits but {PROJECT}:budgetPolicy.limitSlots is {limit_slots}: set "
-                    f"budgetPolicy.limitSlots to {len(budget.limits)} or more (up to {MAX_LIMIT_SLOTS}). Every class's "
-                    "rules move when it changes, so class counters restart once (the default budget's keep theirs)",
+                    f"budgetPolicy.limitSlots to {len(budget.limits)} or more (up to {MAX_LIMIT_SLOTS}). {moved}",
                 )
             )
-    last_index = (len(budgets) - 1) * limit_slots + max(len(budgets[-1].limits), 1) - 1
+        for position, limit in enumerate(budget.limits):
+            if limit.models and len(model_match(limit.models)["value"]) > MAX_VALUE_LENGTH:
+                length = len(model_match(limit.models)["value"])
+                problems.append(
+                    Problem(
+                        f"{budget.limit_key(position, where)}.models",
+                        f"matching its {len(limit.models)} model name(s) takes {length} characters, over Envoy "
+                        f"Gateway's {MAX_VALUE_LENGTH} per match, and a rule cannot admit models through several "
+                        "matches: split the limit into limits over fewer models each",
+                    )
+                )
+    last_index = _last_index(blocks, limit_slots)
     if last_index >= MAX_RULES:
-        # c classes fit when c * limitSlots + (limits of the last class) - 1 < MAX_RULES.
-        most = (MAX_RULES - max(len(budgets[-1].limits), 1)) // limit_slots
+        last = blocks[-1].spec
+        assert last is not None
+        # c classes fit when (poolSlots + c) * limitSlots + (limits of the last class) - 1 < MAX_RULES.
+        most = max((MAX_RULES - max(len(last.limits), 1)) // limit_slots - pool_slots, 0)
+        pooled = f" after {pool_slots} pool slot(s)" if pool_slots else ""
         problems.append(
             Problem(
-                "budgets.classes",
-                f"has {len(classes)} classes: with budgetPolicy.limitSlots {limit_slots} they need {last_index + 1} "
-                f"rate-limit rules, over Envoy Gateway's {MAX_RULES} per policy, so at most {most} classes fit. Merge "
-                "classes that share the same limits, or lower budgetPolicy.limitSlots",
+                "budgets.classes" if classes else "budgetPolicy.poolSlots",
+                f"has {len(classes)} classes: with budgetPolicy.limitSlots {limit_slots}{pooled} they need "
+                f"{last_index + 1} rate-limit rules, over Envoy Gateway's {MAX_RULES} per policy, so at most {most} "
+                "classes fit. Merge classes that share the same limits, or lower budgetPolicy.limitSlots"
+                + (" or budgetPolicy.poolSlots" if pool_slots else ""),
             )
         )
     for position, budget_class in enumerate(classes):
@@ -374,17 +662,31 @@ def _layout_problems(
                     "the same limits for the rest",
                 )
             )
+    for position, pool in enumerate(pools):
+        pattern = pool.pattern
+        if len(pattern) > MAX_VALUE_LENGTH:
+            problems.append(
+                Problem(
+                    f"{_key(pool, f'budgets.pools[{position}]')}.members",
+                    f"pool {pool.name!r}: matching its {len(pool.actors)} members takes {len(pattern)} characters, "
+                    f"over Envoy Gateway's {MAX_VALUE_LENGTH} per match. A pool is one rule with one counter, and a "
+                    "rule cannot admit actors through several matches, so it cannot be split: when the members make up "
+                    "whole atespaces, list those under atespaces instead (every actor of an atespace in one short "
+                    "pattern), or use shorter actor names",
+                )
+            )
     members = {actor for budget_class in classes for actor in budget_class.actors}
     needed = len(pack_actors(members))
-    markers = max((KIND_MARKERS[limit.unit] for limit in default.limits), default=0)
-    capacity = MAX_EXCLUSION_SLOTS - markers
-    if markers and exclusion_slots > capacity:
-        kind = next(limit.unit for limit in default.limits if KIND_MARKERS[limit.unit] == markers)
-        extra = "one more match" if markers == 1 else f"{markers} more matches"
+    extra = max((extra_matches(limit) for limit in default.limits), default=0)
+    capacity = MAX_EXCLUSION_SLOTS - extra
+    if extra and exclusion_slots > capacity:
+        widest = next(limit for limit in default.limits if extra_matches(limit) == extra)
+        what = f"a {KIND_TEXT[widest.kind]} limit" + (" with models" if widest.models else "")
+        more = "one more match" if extra == 1 else f"{extra} more matches"
         problems.append(
             Problem(
                 "budgetPolicy.exclusionSlots",
-                f"is {exclusion_slots}, but a {kind} limit on the default budget needs {extra} in its rule: lower "
+                f"is {exclusion_slots}, but {what} on the default budget needs {more} in its rule: lower "
                 f"it to {capacity} (every default-budget bucket restarts once)",
             )
         )
@@ -413,18 +715,18 @@ def compile_rules(
     classes: Sequence[BudgetSpec],
     exclusion_slots: int,
     limit_slots: int = 1,
+    pools: Sequence[PoolSpec] = (),
+    pool_slots: int = 0,
 ) -> BudgetRules:
-    """Lay every limit of every budget out as rules; raise ConfigError listing every Envoy Gateway cap they
-    would break (each Problem names the key to change and how)."""
-    problems = _layout_problems(default, classes, exclusion_slots, limit_slots)
+    """Lay every limit of every budget and pool out as rules; raise ConfigError listing every Envoy Gateway cap
+    they would break (each Problem names the key to change and how)."""
+    problems = _layout_problems(default, classes, exclusion_slots, limit_slots, pools, pool_slots)
     if problems:
         raise ConfigError(problems)
-    budgets = [default, *classes]
-    last_index = (len(budgets) - 1) * limit_slots + len(budgets[-1].limits) - 1
-    class_headers: list[tuple[dict[str, Any], ...]] = []
+    blocks = _blocks(default, classes, pools, pool_slots)
+    last_index = _last_index(blocks, limit_slots)
     class_of_actor: dict[str, int] = {}
     for position, budget_class in enumerate(classes, start=1):
-        class_headers.append((_distinct(), _regex(actors_regex(budget_class.actors), invert=False)))
         for actor in budget_class.actors:
             class_of_actor[actor] = position
     chunks = pack_actors(class_of_actor)
@@ -433,55 +735,90 @@ def compile_rules(
     default_headers = (_distinct(), *slots)
 
     rules: list[CompiledRule] = []
-    for position, budget in enumerate(budgets):
-        headers = default_headers if position == 0 else class_headers[position - 1]
-        actors = () if position == 0 else tuple(budget.actors)
-        name = "default" if position == 0 else budget.name
+    for block in blocks:
+        budget = block.spec
+        pooled = isinstance(budget, PoolSpec)
+        if budget is None:
+            headers: tuple[dict[str, Any], ...] = ()
+        elif block.number == 0:
+            headers = default_headers
+        elif pooled:
+            assert isinstance(budget, PoolSpec)
+            headers = (_regex(budget.pattern, invert=False),)
+        else:
+            headers = (_distinct(), _regex(actors_regex(budget.actors), invert=False))
+        actors = () if budget is None or block.number == 0 else tuple(budget.actors)
+        atespaces = tuple(budget.atespaces) if isinstance(budget, PoolSpec) else ()
+        name = "default" if block.number == 0 else budget.name if budget is not None else ""
         for slot in range(limit_slots):
-            index = position * limit_slots + slot
+            index = block.number * limit_slots + slot
             if index > last_index:
                 break
-            if slot < len(budget.limits):
+            if budget is not None and slot < len(budget.limits):
                 limit = budget.limits[slot]
-                rules.append(CompiledRule(index, name, position, slot, limit, actors, _with_unit(headers, limit)))
+                rules.append(
+                    CompiledRule(
+                        index,
+                        name,
+                        block.budget_index,
+                        slot,
+                        limit,
+                        actors,
+                        limit_headers(headers, limit, pooled),
+                        block.pool_index,
+                        atespaces,
+                    )
+                )
             else:
                 never = (_distinct(), _regex(MATCHES_NOTHING, invert=False))
-                rules.append(CompiledRule(index, "", position, slot, None, (), never))
+                rules.append(CompiledRule(index, "", block.budget_index, slot, None, (), never, block.pool_index))
     return BudgetRules(
         rules=tuple(rules),
         exclusion_slots=exclusion_slots,
         slots_used=len(chunks),
         limit_slots=limit_slots,
         class_of_actor=class_of_actor,
+        pool_slots=pool_slots,
+        pools=tuple(pools),
     )
 
 
-def budget_specs(budgets: BudgetsConfig) -> tuple[BudgetSpec, list[BudgetSpec]]:
-    """The validated `agent-budgets:budgets` as plain budget specs (default first, then classes)."""
-    default = BudgetSpec(
-        "default", tuple(_limit_spec(limit) for limit in budgets.default.limit_list()), (), "budgets.default"
-    )
-    classes = [
-        BudgetSpec(
-            c.name,
-            tuple(_limit_spec(limit) for limit in c.limit_list()),
-            tuple(c.actors),
-            f"budgets.classes[{i}]",
-        )
-        for i, c in enumerate(budgets.classes)
-    ]
-    return default, classes
+def _limit_specs(budget: Any, key: str) -> tuple[tuple[LimitSpec, ...], tuple[str, ...]]:
+    """A validated budget's (or pool's) limits, and each one's configuration key."""
+    limits = budget.limit_list()
+    keys = tuple(f"{key}.limits[{j}]" for j in range(len(limits))) if budget.limits is not None else (key,)
+    return tuple(_limit_spec(limit) for limit in limits), keys
+
+
+def budget_specs(budgets: BudgetsConfig) -> tuple[BudgetSpec, list[BudgetSpec], list[PoolSpec]]:
+    """The validated `agent-budgets:budgets` as plain specs: the default, the classes, the pools."""
+    limits, keys = _limit_specs(budgets.default, "budgets.default")
+    default = BudgetSpec("default", limits, (), "budgets.default", keys)
+    classes: list[BudgetSpec] = []
+    for position, budget_class in enumerate(budgets.classes):
+        key = f"budgets.classes[{position}]"
+        limits, keys = _limit_specs(budget_class, key)
+        classes.append(BudgetSpec(budget_class.name, limits, tuple(budget_class.actors), key, keys))
+    pools: list[PoolSpec] = []
+    for position, pool in enumerate(budgets.pools):
+        key = f"budgets.pools[{position}]"
+        limits, keys = _limit_specs(pool, key)
+        pools.append(PoolSpec(pool.name, limits, tuple(pool.members), key, keys, tuple(pool.atespaces)))
+    return default, classes, pools
 
 
 def _limit_spec(limit: Any) -> LimitSpec:
+    models = tuple(limit.models or ())
     if limit.usd is not None:
-        return LimitSpec("usd", limit.usd, limit.per)
+        return LimitSpec("usd", limit.usd, limit.per, models=models)
     if limit.calls is not None:
-        return LimitSpec("calls", limit.calls, limit.per)
-    return LimitSpec("tokens", limit.tokens, limit.per)
+        return LimitSpec("calls", limit.calls, limit.per, models=models)
+    return LimitSpec("tokens", limit.tokens, limit.per, limit.count or "total", models)
 
 
-def compile_budget_rules(budgets: BudgetsConfig, exclusion_slots: int, limit_slots: int = 1) -> BudgetRules:
+def compile_budget_rules(
+    budgets: BudgetsConfig, exclusion_slots: int, limit_slots: int = 1, pool_slots: int = 0
+) -> BudgetRules:
     """Compile the validated `agent-budgets:budgets` (see `compile_rules`)."""
-    default, classes = budget_specs(budgets)
-    return compile_rules(default, classes, exclusion_slots, limit_slots)
+    default, classes, pools = budget_specs(budgets)
+    return compile_rules(default, classes, exclusion_slots, limit_slots, pools, pool_slots)

@@ -25,6 +25,9 @@ Pure functions over plain data. Facts, each checked in upstream source:
   requested output do not fit. The gateway cannot enforce it; `routes[].contextWindow` declares it, and it
   bounds a call's tokens: input plus output never exceed the window.
 * The in-cluster mock reports the same usage for every call (`mockModel.totalTokens`).
+* Each kind of tokens a limit can count is part of the window: input (cache reads and writes included, as
+  Agent Router reports `InputToken`), cached input (a part of the input) and output (reasoning included, at
+  most the ceiling) are each at most the window, and the output at most the ceiling too.
 """
 
 from __future__ import annotations
@@ -70,9 +73,12 @@ class RouteFacts:
     name: str
     provider_kind: str
     models: tuple[str, ...]
+    """The names the route's calls are priced by (its billed models)."""
     max_output_tokens: int | None
     context_window: int | None
     timeout_seconds: float
+    served: tuple[str, ...] = ()
+    """The names agents send to reach the route (what a per-model limit names); empty: any."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +87,29 @@ class CallBound:
 
     route: str
     tokens: int | None
+    """The most total, input or cached-input tokens one call reports."""
     mills: int | None
     timeout_seconds: float
     missing: tuple[str, ...] = ()
     """The configuration keys that would bound it (empty when bounded)."""
+    output_tokens: int | None = None
+    """The most output tokens one call reports, when less than `tokens` (a ceiling)."""
+    served: tuple[str, ...] = ()
+    """The model names agents send to reach this route; empty: any."""
 
     @property
     def bounded(self) -> bool:
         return not self.missing
+
+    def tokens_of(self, count: str) -> int | None:
+        """The most tokens of one kind (`total`, `input`, `output`, `cachedInput`) one call reports."""
+        if count == "output" and self.output_tokens is not None:
+            return self.output_tokens
+        return self.tokens
+
+    def serves(self, models: Sequence[str]) -> bool:
+        """Whether calls naming any of `models` (every model when empty) can go through this route."""
+        return not models or not self.served or not set(models).isdisjoint(self.served)
 
 
 def dearest_prices(models: Sequence[str], prices: Mapping[str, ModelPrice]) -> ModelPrice | None:
@@ -123,7 +144,7 @@ def call_bound(route: RouteFacts, prices: Mapping[str, ModelPrice], mock_total_t
     if route.provider_kind == "mock":
         # The mock reports the same total for every call; priced as if every token were of the dearest kind.
         mills = None if price is None else _dearest_call_mills(mock_total_tokens, mock_total_tokens, price)
-        return CallBound(route.name, mock_total_tokens, mills, route.timeout_seconds)
+        return CallBound(route.name, mock_total_tokens, mills, route.timeout_seconds, served=route.served)
     missing: list[str] = []
     if route.context_window is None:
         missing.append(f"{route.key}.contextWindow")
@@ -131,9 +152,17 @@ def call_bound(route: RouteFacts, prices: Mapping[str, ModelPrice], mock_total_t
         # Without the ceiling's `n: 1` one call can ask for many choices, each as long as the window allows.
         missing.append(f"{route.key}.maxOutputTokens")
     if missing:
-        return CallBound(route.name, None, None, route.timeout_seconds, tuple(missing))
+        return CallBound(route.name, None, None, route.timeout_seconds, tuple(missing), served=route.served)
     assert route.context_window is not None
     window = route.context_window
     ceiling = route.max_output_tokens if route.max_output_tokens is not None else window
     mills = None if price is None else min(_dearest_call_mills(window, ceiling, price), MAX_MILLS_PER_CALL)
-    return CallBound(route.name, window, mills, route.timeout_seconds)
+    output = min(ceiling, window)
+    return CallBound(
+        route.name,
+        window,
+        mills,
+        route.timeout_seconds,
+        output_tokens=output if output < window else None,
+        served=route.served,
+    )

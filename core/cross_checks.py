@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from core import egress, money
+from core.budget_rules import atespace_of
 from core.config_messages import aliases, field_at, model_at, short
 from core.problems import PROJECT, Problem
 from core.settings import (
@@ -195,6 +196,91 @@ def check_class_members(view: ConfigView) -> Iterator[Problem]:
                 owner[actor] = class_name
 
 
+def check_pool_names_unique(view: ConfigView) -> Iterator[Problem]:
+    """Pool names are unique: they name the pool's rules in outputs, alerts and the spend report."""
+    yield from _names_used_twice(view, ("budgets", "pools"), "pool")
+
+
+def check_pool_members(view: ConfigView) -> Iterator[Problem]:
+    """Every listed pool member is in `actors`, once per pool (an actor may be in several pools)."""
+    known = _listed_actors(view)
+    for pool_index, entry in view.entries("budgets", "pools"):
+        pool_name = _name(entry) if isinstance(_name(entry), str) else f"pools[{pool_index}]"
+        members = view.strings("budgets", "pools", pool_index, "members") or []
+        repeats = _repeated(members)
+        for member_index, actor in members:
+            key = f"budgets.pools[{pool_index}].members[{member_index}]"
+            if known is not None and actor not in known:
+                yield Problem(key, f"{actor!r} (pool {pool_name!r}) is not in {PROJECT}:actors: add it there first")
+            if member_index in repeats:
+                yield Problem(key, f"{actor!r} is listed twice (also members[{repeats[member_index]}]): list it once")
+
+
+def pool_warnings(view: ConfigView) -> list[Problem]:
+    """Pools that are accepted but probably not what was meant: an atespace no listed actor is in (its
+    actors may come later, or the name is misspelled), and members an atespace of the pool already holds."""
+    listed_atespaces = {atespace_of(actor) for actor in _listed_actors(view) or set()}
+    warnings: list[Problem] = []
+    for pool_index, _ in view.entries("budgets", "pools"):
+        atespaces = dict(view.strings("budgets", "pools", pool_index, "atespaces") or [])
+        for atespace_index, atespace in atespaces.items():
+            if atespace not in listed_atespaces:
+                warnings.append(
+                    Problem(
+                        f"budgets.pools[{pool_index}].atespaces[{atespace_index}]",
+                        f"no actor of {PROJECT}:actors is in atespace {atespace!r}: the pool will charge its actors "
+                        "once they exist, but check the spelling",
+                    )
+                )
+        whole = set(atespaces.values())
+        for member_index, actor in view.strings("budgets", "pools", pool_index, "members") or []:
+            if atespace_of(actor) in whole:
+                warnings.append(
+                    Problem(
+                        f"budgets.pools[{pool_index}].members[{member_index}]",
+                        f"{actor!r} is in the pool already through atespace {atespace_of(actor)!r}: this entry "
+                        "changes nothing (remove it)",
+                    )
+                )
+    return warnings
+
+
+def check_limit_models(view: ConfigView) -> Iterator[Problem]:
+    """Every model a limit names is one agents can call: a `models` name of some route. A name that only a
+    `modelNameOverride` sends upstream, or that no route serves, never reaches the rate-limit filter's
+    `x-ai-eg-model` (it holds the name the agent sent; an unknown name is refused with `route-not-found`
+    before any rate limit), so such a limit would never count anything."""
+    if not isinstance(view.get("routes"), list):
+        return
+    served = {
+        model for index, _ in view.entries("routes") for _, model in view.strings("routes", index, "models") or []
+    }
+    overrides = {
+        str(route.get("modelNameOverride")): index
+        for index, route in view.entries("routes")
+        if isinstance(route.get("modelNameOverride"), str)
+    }
+    for where, limit in _limit_entries(view):
+        models = limit.get("models")
+        if not isinstance(models, list):
+            continue
+        for position, model in enumerate(models):
+            if not isinstance(model, str) or model in served:
+                continue
+            if model in overrides:
+                route = overrides[model]
+                reason = (
+                    f"routes[{route}] sends calls upstream as {model!r} (modelNameOverride), but the rate limit sees "
+                    f"the name the agent sent: count the names of routes[{route}].models instead"
+                )
+            else:
+                reason = (
+                    "no route serves it, so no call can carry it (Agent Router refuses an unknown model before any "
+                    f"limit counts): use a name of {PROJECT}:routes[].models, spelled exactly as agents send it"
+                )
+            yield Problem(f"{where}.models[{position}]", f"{model!r}: {reason}")
+
+
 def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
     """Every suspended actor is in `actors`, listed once: a suspension names an actor the gateway knows."""
     known = _listed_actors(view)
@@ -212,25 +298,32 @@ def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
             yield Problem(key, f"{short(actor)} is listed twice (also suspended[{repeats[index]}]): list it once")
 
 
-def _usd_limit_keys(view: ConfigView) -> list[str]:
-    """The keys of every `usd` limit the stack wrote (short form or long form), in order."""
-    keys: list[str] = []
+def _budget_entries(view: ConfigView) -> list[tuple[str, Mapping[str, Any]]]:
+    """(key, entry) of the default budget, every class and every pool, as written."""
     budgets: list[tuple[str, Mapping[str, Any]]] = []
     default = view.get("budgets", "default")
     if isinstance(default, Mapping):
         budgets.append(("budgets.default", default))
     budgets += [(f"budgets.classes[{index}]", entry) for index, entry in view.entries("budgets", "classes")]
-    for where, budget in budgets:
-        if budget.get("usd") is not None:
-            keys.append(f"{where}.usd")
+    budgets += [(f"budgets.pools[{index}]", entry) for index, entry in view.entries("budgets", "pools")]
+    return budgets
+
+
+def _limit_entries(view: ConfigView) -> list[tuple[str, Mapping[str, Any]]]:
+    """(key, limit) of every limit as written: a budget's own keys in the short form, else each of `limits`."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for where, budget in _budget_entries(view):
         limits = budget.get("limits")
         if isinstance(limits, list):
-            keys += [
-                f"{where}.limits[{index}].usd"
-                for index, limit in enumerate(limits)
-                if isinstance(limit, Mapping) and limit.get("usd") is not None
-            ]
-    return keys
+            found += [(f"{where}.limits[{i}]", limit) for i, limit in enumerate(limits) if isinstance(limit, Mapping)]
+        else:
+            found.append((where, budget))
+    return found
+
+
+def _usd_limit_keys(view: ConfigView) -> list[str]:
+    """The keys of every `usd` limit the stack wrote (short form or long form), in order."""
+    return [f"{where}.usd" for where, limit in _limit_entries(view) if limit.get("usd") is not None]
 
 
 def _billed_models(view: ConfigView) -> dict[str, str]:
@@ -509,6 +602,9 @@ CROSS_CHECKS: tuple[Check, ...] = (
     check_actors_listed_once,
     check_class_names_unique,
     check_class_members,
+    check_pool_names_unique,
+    check_pool_members,
+    check_limit_models,
     check_suspended_actors,
     check_route_models_priced,
     check_providers,

@@ -53,7 +53,7 @@ from core.recording_rules import (
     usd_expression,
 )
 from core.settings import StackSettings
-from core.spend import limit_text
+from core.spend import spec_text
 
 DASHBOARD_UID = "agent-budgets"
 DASHBOARD_TITLE = "Agent budgets"
@@ -95,13 +95,14 @@ class PanelSpec:
 
 
 def _limit_names(settings: StackSettings, rules: BudgetRules) -> tuple[tuple[str, str], ...]:
-    """Each limit rule's `key1` (as the rate-limit stats label it) → `budget research: $5.00 per Day`."""
+    """Each limit rule's `key1` (as the rate-limit stats label it) → `budget research: $5.00 per Day` (or
+    `pool team: ...`)."""
     names = []
     for rule in rules.limit_rules:
         assert rule.limit is not None
-        limit = limit_text(rule.limit.amount, rule.limit.unit, rule.limit.per)
+        owner = f"pool {rule.budget}" if rule.pooled else f"budget {rule.budget}"
         names.append(
-            (rule_key1(settings.gateway.namespace, rule.index), f"budget {rule.budget}: {limit} (rule {rule.index})")
+            (rule_key1(settings.gateway.namespace, rule.index), f"{owner}: {spec_text(rule.limit)} (rule {rule.index})")
         )
     return tuple(names)
 

@@ -11,7 +11,15 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, LIMIT_SLOTS_ANNOTATION, BudgetRules
+from core.budget_rules import (
+    ACTOR_HEADER,
+    LIMIT_SLOTS_ANNOTATION,
+    MODEL_HEADER,
+    POOL_SLOTS_ANNOTATION,
+    TOKEN_COST_TYPES,
+    TOKEN_METADATA_KEYS,
+    BudgetRules,
+)
 from core.ceilings import api_schema, ceiling_body_mutation
 from core.filter_chain import IDENTITY_BEFORE_AGENT_ROUTER
 from core.money import route_cost_entry
@@ -36,7 +44,6 @@ JWT_PROVIDER_NAME = "agent-substrate"
 IDP_BACKEND_NAME = "substrate-idp"
 MOCK_MODEL_NAME = "mock-model"
 MOCK_MODEL_PORT = 8080
-MODEL_HEADER = "x-ai-eg-model"
 UPSTREAM_CONTROL_HEADERS = (
     "x-envoy-upstream-rq-timeout-ms",
     "x-envoy-upstream-rq-per-try-timeout-ms",
@@ -287,8 +294,12 @@ def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manif
         BUDGET_POLICY_NAME,
         settings.gateway.namespace,
         spec,
-        # How many rules each budget owns: the policy pack groups the rules of one budget by it.
-        annotations={LIMIT_SLOTS_ANNOTATION: str(rules.limit_slots)},
+        # How many rules each budget owns, and which blocks are pools: the policy pack groups the rules of one
+        # budget by them (the pool-slot annotation only once there are pool slots, so older policies are unchanged).
+        annotations={
+            LIMIT_SLOTS_ANNOTATION: str(rules.limit_slots),
+            **({POOL_SLOTS_ANNOTATION: str(rules.pool_slots)} if rules.pool_slots else {}),
+        },
     )
 
 
@@ -383,9 +394,14 @@ def route_manifest(settings: StackSettings, route: Route) -> Manifest:
     if route.max_output_tokens is not None:
         kind = next(provider.kind for provider in settings.providers if provider.name == route.provider)
         backend_ref["bodyMutation"] = ceiling_body_mutation(kind, route.max_output_tokens)
-    # The budget rules charge these metadata keys at the end of every response or stream: the total
-    # tokens for tokens limits, and (when any limit is in dollars) the call's price in mills.
-    costs: list[dict[str, Any]] = [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
+    # The budget rules charge these metadata keys at the end of every response or stream: the total tokens
+    # (always), each other kind of tokens some tokens limit counts, and (when any limit is in dollars) the
+    # call's price in mills. Agent Router writes each entry under its own key (processor_impl.go
+    # buildDynamicMetadata), so they coexist on one route.
+    kinds = ["total", *(kind for kind in settings.budgets.token_kinds if kind != "total")]
+    costs: list[dict[str, Any]] = [
+        {"metadataKey": TOKEN_METADATA_KEYS[kind], "type": TOKEN_COST_TYPES[kind]} for kind in kinds
+    ]
     if settings.budgets.uses_usd:
         # Priced by the name Agent Router sends upstream: the override when the route has one (core.money).
         prices = {model: settings.prices[model].to_price() for model in route.billed_models}

@@ -38,7 +38,7 @@ from core.ratelimit_deployment import METRICS_PORT
 from core.ratelimit_model import shared_domain, shared_rule_key
 from core.recording_rules import recording_group
 from core.settings import MonitoringSettings, StackSettings
-from core.spend import limit_text
+from core.spend import spec_text
 
 PROMETHEUS_RULE_NAME = "agent-budgets"
 PROMETHEUS_RULE_API = "monitoring.coreos.com/v1"
@@ -110,29 +110,51 @@ def spend_command(stack: str, percent: float) -> str:
 
 
 def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> list[dict[str, Any]]:
-    """Two alerting rules per limit of every budget: near the limit, and over it (calls refused with 429)."""
+    """Two alerting rules per limit of every budget and pool: near the limit, and over it (calls refused with
+    429). A pool's counter is shared, so its alerts speak of the pool and all of its members."""
     namespace = settings.gateway.namespace
     percent = settings.monitoring.near_limit_percent
     percent_text = f"{percent:g}%"
     alerts: list[dict[str, Any]] = []
     for rule in rules.limit_rules:  # reserved slots match nobody: no alert
         assert rule.limit is not None
-        budget = rule.budget
-        limit = limit_text(rule.limit.amount, rule.limit.unit, rule.limit.per)
+        limit = spec_text(rule.limit)
         selector = rule_selector(namespace, rule.index)
+        budget = rule.purpose if rule.pooled else rule.budget
         labels = {"severity": "warning", "budget": budget, "rule": str(rule.index), "limit": str(rule.limit_index)}
         near_command, over_command = spend_command(stack, percent), spend_command(stack, 100)
+        charge = "a call" if rule.limit.unit == "calls" else "a response"
+        whom = (
+            "the pool's counter and when its window resets"
+            if rule.pooled
+            else "the actors and when their windows reset"
+        )
+        if rule.pooled:
+            near_summary = f"Pool {rule.budget} passed {percent_text} of its {limit}"
+            near_what = f"the members of pool {rule.budget} (rule {rule.index}) together"
+            over_summary = f"Pool {rule.budget} went over its {limit}: every member's calls get 429"
+            over_what = (
+                f"In the last {LOOKBACK} {charge} took pool {rule.budget} (rule {rule.index}), shared by all of its "
+                f"members, over its {limit}; every member's calls are refused with 429 until the window resets."
+            )
+        else:
+            near_summary = f"An actor of budget {budget} passed {percent_text} of its {limit}"
+            near_what = f"an actor of budget {budget} (rule {rule.index})"
+            over_summary = f"An actor of budget {budget} went over its {limit}: its calls get 429"
+            over_what = (
+                f"In the last {LOOKBACK} {charge} took an actor of budget {budget} (rule {rule.index}) over its "
+                f"{limit}; its calls are refused with 429 until its window resets."
+            )
         alerts.append(
             {
                 "alert": NEAR_LIMIT_ALERT,
                 "expr": event_expression(NEAR_LIMIT_METRIC, selector),
                 "labels": dict(labels),
                 "annotations": {
-                    "summary": f"An actor of budget {budget} passed {percent_text} of its {limit}",
+                    "summary": near_summary,
                     "description": (
-                        f"In the last {LOOKBACK} the rate-limit service charged an actor of budget {budget} (rule "
-                        f"{rule.index}) beyond {percent_text} of its {limit}. Run `{near_command}` for the actors "
-                        "and when their windows reset."
+                        f"In the last {LOOKBACK} the rate-limit service charged {near_what} beyond {percent_text} of "
+                        f"its {limit}. Run `{near_command}` for {whom}."
                     ),
                 },
             }
@@ -143,13 +165,8 @@ def budget_alerts(settings: StackSettings, rules: BudgetRules, stack: str) -> li
                 "expr": event_expression(OVER_LIMIT_METRIC, selector),
                 "labels": dict(labels),
                 "annotations": {
-                    "summary": f"An actor of budget {budget} went over its {limit}: its calls get 429",
-                    "description": (
-                        f"In the last {LOOKBACK} {'a call' if rule.limit.unit == 'calls' else 'a response'} took an "
-                        f"actor of budget {budget} (rule {rule.index}) "
-                        f"over its {limit}; its calls are refused with 429 until its window resets. Run "
-                        f"`{over_command}` for the actors and when their windows reset."
-                    ),
+                    "summary": over_summary,
+                    "description": f"{over_what} Run `{over_command}` for {whom}.",
                 },
             }
         )

@@ -300,9 +300,29 @@ class PolicyModel:
                 decided[rule.gate_set] = ok
             if not ok:
                 continue
-            entries = (rule.first_entry, *((key, key if h is None else headers[h]) for key, h in rule.entries))
-            applied.append(AppliedRule(rule.index, rule.requests, rule.unit, entries, rule.domain))
+            applied.append(self._charge(rule, headers))
         return applied
+
+    def charge(self, index: int, request_headers: Mapping[str, str]) -> AppliedRule:
+        """Rule `index` as it charges a request with these headers, for a caller that already knows the rule
+        applies (its value matches are not evaluated): the counter key is built exactly as `applied` builds it.
+
+        A rule without Distinct matches (a pool's) charges one counter whatever the request, so it needs no
+        header at all. The spend report knows which rules charge an actor or a pool from the budget layout, and
+        asks for their keys this way (tests/test_spend_core.py holds it to `applied`).
+        """
+        headers = {name.lower(): value for name, value in request_headers.items()}
+        rule = self.rules[index]
+        if not rule.distinct_headers <= headers.keys():
+            missing = ", ".join(sorted(rule.distinct_headers - headers.keys()))
+            raise ValueError(f"rule {index} counts per {missing}, which the request does not carry")
+        return self._charge(rule, headers)
+
+    @staticmethod
+    def _charge(rule: _ModelRule, headers: Mapping[str, str]) -> AppliedRule:
+        """The counter a rule charges: its first entry, then one entry per header match (Distinct: the value)."""
+        entries = (rule.first_entry, *((key, key if h is None else headers[h]) for key, h in rule.entries))
+        return AppliedRule(rule.index, rule.requests, rule.unit, entries, rule.domain)
 
     def for_actor(self, subject: str) -> list[AppliedRule]:
         """The rules that charge a request whose verified `x-actor-id` is `subject`."""

@@ -15,7 +15,11 @@ first and is refused when the sum exceeds the limit, so the next call is refused
 reached the limit. Calls that went through while the rate-limit service or Redis was down (fail-open) were
 never counted.
 
-One row is one (actor, limit) pair: an actor whose budget has several limits gets a row for each.
+One row is one (actor, limit) pair: an actor whose budget has several limits gets a row for each. A pool's
+limit is one row too, the pool's shared counter shown once: nothing records how much of it each member spent
+(the counter's key holds no actor), so a member's share is shown only where another counter holds exactly it:
+the member's own limit of the same kind, window and models, which every one of its calls charges alongside the
+pool's (exact when it was a member for the whole window).
 """
 
 from __future__ import annotations
@@ -30,9 +34,19 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from core.budget_rules import BudgetRules, Unit, actor_subject
+from core.budget_rules import (
+    ACTOR_HEADER,
+    KIND_TEXT,
+    SUBJECT_PREFIX,
+    BudgetRules,
+    CompiledRule,
+    LimitSpec,
+    Unit,
+    actor_subject,
+)
 from core.money import mills_to_usd
-from core.ratelimit_model import PolicyModel
+from core.ratelimit_model import AppliedRule, PolicyModel
+from core.settings import TokenKind
 
 
 class SpendError(ValueError):
@@ -41,10 +55,11 @@ class SpendError(ValueError):
 
 @dataclass(frozen=True)
 class Counter:
-    """One (actor, limit) counter in the window that holds the report's time.
+    """One (actor, limit) counter, or one pool limit's shared counter, in the window that holds the report's time.
 
     `requests` is the limit in the counter's own unit (tokens, or mills of a dollar for a usd limit);
-    `limit` is the same limit as configured (tokens, or dollars).
+    `limit` is the same limit as configured (tokens, or dollars). A pool's counter has no actor: `pool` names
+    it, `members` are the listed actors it admits (a pool of whole atespaces also charges actors not listed).
     """
 
     actor: str
@@ -60,10 +75,24 @@ class Counter:
     window_start: int
     resets_at: int
     suspended: bool = False
+    count: TokenKind = "total"
+    models: tuple[str, ...] = ()
+    pool: str | None = None
+    members: tuple[str, ...] = ()
+    atespaces: tuple[str, ...] = ()
 
     def amount(self, value: int) -> int | Decimal:
         """A counter value in the limit's unit: tokens as they are, mills as dollars."""
         return mills_to_usd(value) if self.unit == "usd" else value
+
+    def measures_like(self, other: Counter) -> bool:
+        """Whether the two counters are charged the same by every call both count: same kind, window, models."""
+        return (self.unit, self.count, self.per, set(self.models)) == (
+            other.unit,
+            other.count,
+            other.per,
+            set(other.models),
+        )
 
 
 @dataclass(frozen=True)
@@ -79,6 +108,27 @@ class CounterPlan:
         return list(dict.fromkeys(counter.key for counter in self.counters))
 
 
+def _counter(compiled: CompiledRule, applied: AppliedRule, now: int, **fields: Any) -> Counter:
+    limit = compiled.limit
+    assert limit is not None  # only limit rules are planned
+    start, end = applied.window(now)
+    return Counter(
+        budget=compiled.budget if compiled.pool_index is None else compiled.purpose,
+        rule=applied.index,
+        limit_index=compiled.limit_index,
+        unit=limit.unit,
+        limit=limit.amount,
+        requests=applied.requests,
+        per=applied.unit,
+        key=applied.counter_key(now),
+        window_start=start,
+        resets_at=end,
+        count=limit.count,
+        models=limit.models,
+        **fields,
+    )
+
+
 def plan_counters(
     actors: Sequence[str],
     rules: BudgetRules,
@@ -86,35 +136,51 @@ def plan_counters(
     policy_name: str,
     now: int,
     suspended: Collection[str] = (),
+    listed: Sequence[str] | None = None,
 ) -> CounterPlan:
-    """Each actor's counters at unix time `now`, as the rate-limit model computes them (one per limit)."""
+    """Each actor's counters at unix time `now` (one per limit of its budget, per-model limits included), then
+    each pool limit's one counter, with the actors of `listed` it admits (`listed` is every actor of the stack;
+    default `actors`). When `actors` is a part of `listed`, only the pools one of them is in are planned.
+
+    Which rules charge an actor, and which a pool, comes from the budget layout the program compiled; each
+    counter's key from the rate-limit model (`PolicyModel.charge`). tests/test_spend_core.py holds the plan to
+    the model's own evaluation of every match (`PolicyModel.applied`, with each model a limit names).
+    """
     model = PolicyModel(policy_namespace, policy_name, rules.specs())
     counters: list[Counter] = []
     unmetered: list[str] = []
     for actor in actors:
-        subject = actor_subject(actor)
-        charged = [applied for applied in model.for_actor(subject) if not rules.rules[applied.index].reserved]
+        charged = rules.rules_for_actor(actor)
         if not charged:
             unmetered.append(actor)
-        for applied in charged:
-            compiled = rules.rules[applied.index]
-            assert compiled.limit is not None  # reserved slots are left out above
-            start, end = applied.window(now)
+        subject = actor_subject(actor)
+        headers = {ACTOR_HEADER: subject}
+        for compiled in charged:
+            applied = model.charge(compiled.index, headers)
             counters.append(
-                Counter(
-                    actor=actor,
-                    subject=subject,
-                    budget=compiled.budget,
-                    rule=applied.index,
-                    limit_index=compiled.limit_index,
-                    unit=compiled.limit.unit,
-                    limit=compiled.limit.amount,
-                    requests=applied.requests,
-                    per=applied.unit,
-                    key=applied.counter_key(now),
-                    window_start=start,
-                    resets_at=end,
-                    suspended=actor in suspended,
+                _counter(compiled, applied, now, actor=actor, subject=subject, suspended=actor in suspended)
+            )
+    everyone = list(actors) if listed is None else list(listed)
+    asked = set(actors)
+    every_actor = asked >= set(everyone)
+    for position, pool in enumerate(rules.pools):
+        members = tuple(actor for actor in everyone if pool.admits(actor))
+        if every_actor and not members and not pool.atespaces:
+            continue  # retired in place: its rules match nobody
+        if not every_actor and asked.isdisjoint(members):
+            continue  # none of the actors asked about is in it
+        for compiled in rules.rules_of_pool(position):
+            applied = model.charge(compiled.index, {})
+            counters.append(
+                _counter(
+                    compiled,
+                    applied,
+                    now,
+                    actor="",
+                    subject="",
+                    pool=pool.name,
+                    members=members,
+                    atespaces=pool.atespaces,
                 )
             )
     return CounterPlan(tuple(counters), tuple(unmetered))
@@ -141,10 +207,12 @@ def parse_counter_value(key: str, raw: bytes | str | int | None) -> int:
 
 @dataclass(frozen=True)
 class SpendRow:
-    """One actor under one limit, with what its counter holds in the current window (tokens or mills)."""
+    """One actor under one limit, or one pool limit, with what its counter holds in the current window (tokens
+    or mills); a pool row also has each member's share where one of the member's own counters holds it."""
 
     counter: Counter
     value: int
+    shares: tuple[tuple[str, int], ...] = ()
 
     @property
     def spent(self) -> int | Decimal:
@@ -177,7 +245,7 @@ class SpendRow:
 
 @dataclass(frozen=True)
 class SpendReport:
-    """Every (actor, limit) row of one stack at one moment, most used first."""
+    """Every (actor, limit) and pool row of one stack at one moment, most used first."""
 
     stack: str
     policy: str
@@ -187,14 +255,34 @@ class SpendReport:
 
 
 def _sort_key(row: SpendRow) -> tuple[Fraction, str, int]:
-    return (-row.used, row.counter.actor, row.counter.rule)
+    return (-row.used, row.counter.actor or row.counter.budget, row.counter.rule)
+
+
+def member_shares(counter: Counter, own: Mapping[str, Sequence[tuple[Counter, int]]]) -> tuple[tuple[str, int], ...]:
+    """Each listed member's part of a pool counter, where the member's own counters hold it exactly (one of its
+    own limits of the same kind, window and models: every call of the member charges both alike)."""
+    shares = []
+    for member in counter.members:
+        for candidate, value in own.get(member, ()):
+            if candidate.measures_like(counter):
+                shares.append((member, value))
+                break
+    return tuple(shares)
 
 
 def build_report(
     stack: str, policy: str, now: int, plan: CounterPlan, values: Mapping[str, bytes | str | int | None]
 ) -> SpendReport:
     """Join the plan with what Redis returned (`values` by key; a missing key means nothing spent)."""
-    rows = [SpendRow(counter, parse_counter_value(counter.key, values.get(counter.key))) for counter in plan.counters]
+    read = [(counter, parse_counter_value(counter.key, values.get(counter.key))) for counter in plan.counters]
+    own: dict[str, list[tuple[Counter, int]]] = {}
+    for counter, value in read:
+        if counter.pool is None:
+            own.setdefault(counter.actor, []).append((counter, value))
+    rows = [
+        SpendRow(counter, value, member_shares(counter, own) if counter.pool is not None else ())
+        for counter, value in read
+    ]
     return SpendReport(stack, policy, now, tuple(sorted(rows, key=_sort_key)), plan.unmetered)
 
 
@@ -212,8 +300,18 @@ def rows_at_or_above(rows: Iterable[SpendRow], percent: float) -> list[SpendRow]
 
 
 def rows_of_actor(rows: Iterable[SpendRow], actor: str) -> list[SpendRow]:
-    """The rows of one actor, named `<atespace>/<name>` or by its subject `actor/<atespace>/<name>`."""
-    return [row for row in rows if actor in (row.counter.actor, row.counter.subject)]
+    """The rows of one actor, named `<atespace>/<name>` or by its subject `actor/<atespace>/<name>`, and of every
+    pool it is a listed member of (a pool that is over refuses its calls too)."""
+    return [
+        row
+        for row in rows
+        if actor in (row.counter.actor, row.counter.subject) or actor_subject_or_id(actor) in row.counter.members
+    ]
+
+
+def actor_subject_or_id(name: str) -> str:
+    """`<atespace>/<name>` for a name given as an actor id or as its subject `actor/<atespace>/<name>`."""
+    return name.removeprefix(SUBJECT_PREFIX) if name.count("/") == 2 else name
 
 
 def with_rows(report: SpendReport, rows: Iterable[SpendRow]) -> SpendReport:
@@ -259,10 +357,20 @@ def format_amount(amount: int | Decimal, unit: Unit) -> str:
     return "$" + (text[:-1] if text.endswith("0") else text)
 
 
-def limit_text(amount: int | Decimal, unit: Unit, per: str) -> str:
-    """A limit as people read it: `500 tokens per Day`, `$5.00 per Day`, `60 calls per Minute`."""
+def limit_text(
+    amount: int | Decimal, unit: Unit, per: str, count: TokenKind = "total", models: Sequence[str] = ()
+) -> str:
+    """A limit as people read it: `500 tokens per Day`, `$5.00 per Day`, `60 calls per Minute`,
+    `20,000 output tokens per Hour`, `$2.00 per Day on claude-sonnet-4-5`."""
     text = format_amount(amount, unit)
-    return f"{text} per {per}" if unit == "usd" else f"{text} {unit} per {per}"
+    what = KIND_TEXT[count] if unit == "tokens" and count != "total" else unit
+    described = f"{text} per {per}" if unit == "usd" else f"{text} {what} per {per}"
+    return f"{described} on {', '.join(models)}" if models else described
+
+
+def spec_text(limit: LimitSpec) -> str:
+    """`limit_text` of a compiled limit."""
+    return limit_text(limit.amount, limit.unit, limit.per, limit.count, limit.models)
 
 
 def json_amount(amount: int | Decimal, unit: Unit) -> int | float:
@@ -278,17 +386,58 @@ def row_flags(row: SpendRow) -> str:
 TABLE_COLUMNS = ("ACTOR", "BUDGET", "LIMIT", "SPENT", "REMAINING", "USED", "RESETS (UTC)")
 
 
+def limit_cell(counter: Counter) -> str:
+    """The LIMIT column: `200,000/Day`, `100,000/Hour (output)`, `$2.00/Day (gpt-4.1)`."""
+    narrowed = ([counter.count] if counter.unit == "tokens" and counter.count != "total" else []) + list(counter.models)
+    text = f"{format_amount(counter.limit, counter.unit)}/{counter.per}"
+    return f"{text} ({', '.join(narrowed)})" if narrowed else text
+
+
+def who(counter: Counter) -> str:
+    """The ACTOR column: the actor, or for a pool row who shares its counter (`research/*, 2 listed`)."""
+    if counter.pool is None:
+        return counter.actor
+    parts = [f"{atespace}/*" for atespace in counter.atespaces]
+    listed = len(counter.members)
+    parts.append(f"{listed} listed" if parts else f"{listed} member{'s' if listed != 1 else ''}")
+    return f"({', '.join(parts)})"
+
+
+def share_lines(report: SpendReport, shown: int = 10) -> list[str]:
+    """Under the table: each pool row's members' shares, where their own counters hold them."""
+    reported = {row.counter.actor for row in report.rows if row.counter.pool is None}
+    lines = []
+    for row in report.rows:
+        counter = row.counter
+        if counter.pool is None or not counter.members:
+            continue
+        known = [f"{member} {format_amount(counter.amount(value), counter.unit)}" for member, value in row.shares]
+        text = f"{counter.budget} {limit_cell(counter)}: "
+        text += "shares " + ", ".join(known[:shown]) if known else "no share readable"
+        if len(known) > shown:
+            text += f" and {len(known) - shown} more"
+        read = {member for member, _ in row.shares}
+        unread = [member for member in counter.members if member not in read]
+        absent = sum(member not in reported for member in unread)
+        if unread and absent < len(unread):
+            text += f"; {len(unread) - absent} member(s) with no own limit of the same kind, window and models"
+        if absent:
+            text += f"; {absent} member(s) not in this report"
+        lines.append(text)
+    return lines
+
+
 def render_table(report: SpendReport) -> str:
-    """One line per (actor, limit), most used first, with a header; plain text for a terminal."""
+    """One line per (actor, limit) and pool limit, most used first, with a header; plain text for a terminal."""
     lines: list[list[str]] = [list(TABLE_COLUMNS)]
     for row in report.rows:
         counter = row.counter
         wait = format_duration(counter.resets_at - report.generated_at)
         lines.append(
             [
-                counter.actor,
+                who(counter),
                 counter.budget,
-                f"{format_amount(counter.limit, counter.unit)}/{counter.per}",
+                limit_cell(counter),
                 format_amount(row.spent, counter.unit),
                 format_amount(row.remaining, counter.unit),
                 format_percent(row) + row_flags(row),
@@ -310,17 +459,20 @@ def render_table(report: SpendReport) -> str:
         text.append("429: over this limit, refused until the window resets; 403: the actor is suspended")
     if report.unmetered:
         text.append(f"not metered by any rule (calls are not counted): {', '.join(report.unmetered)}")
+    text.extend(share_lines(report))
     return "\n".join(text) + "\n"
 
 
 # Field → meaning of every row in `--json`; docs/spend.md shows this table (a test keeps them equal).
 JSON_ROW_FIELDS: dict[str, str] = {
-    "actor": "the actor, `<atespace>/<name>` as in `agent-budgets:actors`",
-    "subject": "its JWT subject and `x-actor-id` value, `actor/<atespace>/<name>`",
-    "budget": "`default`, or the name of the class that holds it",
+    "actor": "the actor, `<atespace>/<name>` as in `agent-budgets:actors`; null on a pool's row",
+    "subject": "its JWT subject and `x-actor-id` value, `actor/<atespace>/<name>`; null on a pool's row",
+    "budget": "`default`, the name of the class that holds it, or `pool:<name>` on a pool's row",
     "rule": "index of the rule in the budget policy that counts this limit",
-    "limit_index": "position of the limit in its budget's `limits` (0 for the short form)",
+    "limit_index": "position of the limit in its budget's (or pool's) `limits` (0 for the short form)",
     "unit": "what the limit counts: `tokens`, `usd` or `calls`",
+    "count": "which tokens a tokens limit counts: `total`, `input`, `output` or `cachedInput`; null otherwise",
+    "models": "the models a per-model limit counts (as agents send them); empty: every model",
     "limit": "the limit, in `unit` (dollars for usd)",
     "per": "the window: Second, Minute, Hour, Day, Week, Month (30 days) or Year (365 days)",
     "spent": "charged in the current window, in `unit` (0 when the window has no counter yet)",
@@ -335,6 +487,11 @@ JSON_ROW_FIELDS: dict[str, str] = {
     "resets_at_unix": "`resets_at` as unix seconds",
     "resets_in_seconds": "seconds from `generated_at` to `resets_at`",
     "counter_key": "the Redis key of the counter (envoyproxy/ratelimit layout)",
+    "pool": "on a pool's row, the pool's name (its one counter, shared by all members); null otherwise",
+    "members": "on a pool's row, the actors of `agent-budgets:actors` it admits (a pool of atespaces also charges "
+    "actors not listed); null otherwise",
+    "shares": "on a pool's row, each member's part of `spent` where the member's own limit of the same kind, window "
+    "and models holds it (absent members: not recorded anywhere); null otherwise",
 }
 
 JSON_TOP_FIELDS: dict[str, str] = {
@@ -342,7 +499,7 @@ JSON_TOP_FIELDS: dict[str, str] = {
     "policy": "`<namespace>/<name>` of the budget policy (the rate-limit domain)",
     "generated_at": "when the counters were read, UTC, ISO 8601",
     "generated_at_unix": "the same, as unix seconds",
-    "rows": "one object per (actor, limit), most used first (fields below)",
+    "rows": "one object per (actor, limit) and per pool limit, most used first (fields below)",
     "unmetered": "actors no rule charges (always empty for a configuration the program accepts)",
 }
 
@@ -350,13 +507,16 @@ JSON_TOP_FIELDS: dict[str, str] = {
 def row_document(row: SpendRow, now: int) -> dict[str, Any]:
     """One row of `--json`, with exactly the fields of `JSON_ROW_FIELDS`."""
     counter = row.counter
+    pooled = counter.pool is not None
     return {
-        "actor": counter.actor,
-        "subject": counter.subject,
+        "actor": None if pooled else counter.actor,
+        "subject": None if pooled else counter.subject,
         "budget": counter.budget,
         "rule": counter.rule,
         "limit_index": counter.limit_index,
         "unit": counter.unit,
+        "count": counter.count if counter.unit == "tokens" else None,
+        "models": list(counter.models),
         "limit": json_amount(counter.limit, counter.unit),
         "per": counter.per,
         "spent": json_amount(row.spent, counter.unit),
@@ -371,6 +531,11 @@ def row_document(row: SpendRow, now: int) -> dict[str, Any]:
         "resets_at_unix": counter.resets_at,
         "resets_in_seconds": counter.resets_at - now,
         "counter_key": counter.key,
+        "pool": counter.pool,
+        "members": list(counter.members) if pooled else None,
+        "shares": {member: json_amount(counter.amount(value), counter.unit) for member, value in row.shares}
+        if pooled
+        else None,
     }
 
 
@@ -490,7 +655,8 @@ def render_prometheus(report: SpendReport) -> str:
 
     Gauge families labelled by stack, actor, budget, rule, limit (its position in the budget) and window,
     for a node-exporter textfile collector or a CronJob that pushes them. Amounts are in the family's unit
-    (tokens, dollars or calls); a family with no row of its unit is left out.
+    (tokens of any kind, dollars or calls); a family with no row of its unit is left out. A pool's row has an
+    empty `actor` (which Prometheus reads as no actor label) and `budget` `pool:<name>`.
     """
     lines: list[str] = []
     for gauge in PROMETHEUS_GAUGES:

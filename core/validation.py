@@ -27,7 +27,14 @@ from core import xds_size
 from core.budget_rules import BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
 from core.config_text import reported_elsewhere, text_problems
-from core.cross_checks import ConfigView, cross_key_problems, dashboard_warnings, no_actors_finding, price_warnings
+from core.cross_checks import (
+    ConfigView,
+    cross_key_problems,
+    dashboard_warnings,
+    no_actors_finding,
+    pool_warnings,
+    price_warnings,
+)
 from core.egress import EgressPolicySettings, settings_problems
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
 from core.money import MoneyError, route_cost_entry
@@ -175,6 +182,7 @@ def _check_settings(raw: Mapping[str, Any]) -> tuple[_Findings, ConfigView]:
     findings.problems.extend(cross_key_problems(view))
     findings.warnings.extend(price_warnings(view))
     findings.warnings.extend(dashboard_warnings(view))
+    findings.warnings.extend(pool_warnings(view))
     return findings, view
 
 
@@ -308,7 +316,9 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
     rules: BudgetRules | None = None
     if budgets is not None and budget_policy is not None:
         try:
-            rules = compile_budget_rules(budgets, budget_policy.exclusion_slots, budget_policy.limit_slots)
+            rules = compile_budget_rules(
+                budgets, budget_policy.exclusion_slots, budget_policy.limit_slots, budget_policy.pool_slots
+            )
         except ConfigError as error:
             findings.problems.extend(error.problems)
     routes, prices = view.typed("routes"), view.typed("prices")

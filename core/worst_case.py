@@ -27,6 +27,15 @@ The bound is the smaller of the two. Without a calls limit, or without a bound o
 bounds it: the entry says which key to set. tests/test_enforcement.py drives a simulation of the rate-limit
 service with randomized concurrent workloads and checks that no run exceeds these numbers and that some run
 comes within 10% of them.
+
+Which calls limits and which routes count for a limit:
+
+* A per-model limit is charged only by calls naming its models: C is the dearest call of the routes serving
+  them, and a calls limit bounds it only when it counts every such call (no `models`, or a superset).
+* A tokens limit's C is the most of its kind one call can report (`CallBound.tokens_of`).
+* A pool's counter is charged by every member: K and M come from the pool's own calls limits, or, for a pool
+  of listed members only, from the sum of each member's own (its budget's calls limits). A pool of whole
+  atespaces has members no configuration lists, so only its own calls limits bound it.
 """
 
 from __future__ import annotations
@@ -131,11 +140,88 @@ def _budget_key(budget_index: int) -> str:
     return "budgets.default" if budget_index == 0 else f"budgets.classes[{budget_index - 1}]"
 
 
-def _calls_advice(rules: BudgetRules, budget_index: int, limit_count: int) -> str:
-    advice = f"add a calls limit to {_budget_key(budget_index)}.limits, e.g. {EXAMPLE_CALLS_LIMIT}"
+def _calls_advice(rules: BudgetRules, key: str, limit_count: int) -> str:
+    advice = f"add a calls limit to {key}.limits, e.g. {EXAMPLE_CALLS_LIMIT}"
     if limit_count + 1 > rules.limit_slots:
         advice += f" (with budgetPolicy.limitSlots {limit_count + 1})"
     return advice
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """How many calls a set of calls limits lets run at once, and be charged within one window of a limit."""
+
+    concurrent: int | None
+    calls: int | None
+
+    def plus(self, other: _Pace) -> _Pace:
+        """Two callers' paces together (None, unbounded, stays unbounded)."""
+        return _Pace(_sum(self.concurrent, other.concurrent), _sum(self.calls, other.calls))
+
+    def at_most(self, other: _Pace) -> _Pace:
+        """The tighter of two paces that both hold."""
+        return _Pace(_smaller(self.concurrent, other.concurrent), _smaller(self.calls, other.calls))
+
+
+def _sum(first: int | None, second: int | None) -> int | None:
+    return None if first is None or second is None else first + second
+
+
+def _smaller(first: int | None, second: int | None) -> int | None:
+    return second if first is None else first if second is None else min(first, second)
+
+
+def _pace(calls_limits: Sequence[LimitSpec], limit: LimitSpec, lifetime: Fraction) -> _Pace:
+    """The pace the calls limits that count every call `limit` counts allow."""
+    counting = [c for c in calls_limits if c.covers(limit)]
+    return _Pace(
+        min((concurrent_calls(int(c.amount), c.per, lifetime) for c in counting), default=None),
+        min((calls_per_window(int(c.amount), c.per, limit.per, lifetime) for c in counting), default=None),
+    )
+
+
+def _calls_limits(own: Sequence[CompiledRule]) -> list[LimitSpec]:
+    return [rule.limit for rule in own if rule.limit is not None and rule.limit.unit == "calls"]
+
+
+def _per_call(limit: LimitSpec, bounds: Sequence[CallBound]) -> tuple[int | None, list[str], bool]:
+    """The dearest call `limit` can be charged (in its counter's unit), the route keys that would bound it, and
+    whether a price is missing."""
+    serving = [bound for bound in bounds if bound.serves(limit.models)]
+    missing = [key for bound in serving for key in bound.missing]
+    costs = [bound.tokens_of(limit.count) if limit.unit == "tokens" else bound.mills for bound in serving]
+    if missing or None in costs or not costs:
+        return None, missing, not missing and None in costs
+    return max(c for c in costs if c is not None), [], False
+
+
+def _worst_case(
+    name: str,
+    rule: CompiledRule,
+    bounds: Sequence[CallBound],
+    pace: _Pace,
+    advice: str,
+) -> WorstCase:
+    limit = rule.limit
+    assert limit is not None
+    per_call, missing, unpriced = _per_call(limit, bounds)
+    unbounded: list[str] = []
+    if missing:
+        unbounded.append(f"set {', '.join(missing)}")
+    elif unpriced:
+        unbounded.append("price every model of every route in prices")
+    if pace.concurrent is None or pace.calls is None:
+        unbounded.append(advice)
+    worst = None
+    if not unbounded and per_call is not None and pace.concurrent is not None and pace.calls is not None:
+        worst = min(limit.requests + pace.concurrent * per_call, pace.calls * per_call)
+    return WorstCase(
+        name, rule.index, rule.limit_index, limit, per_call, pace.concurrent, pace.calls, worst, tuple(unbounded)
+    )
+
+
+def _serving_lifetime(limit: LimitSpec, bounds: Sequence[CallBound], rate_limit_timeout_seconds: float) -> Fraction:
+    return call_lifetime([b for b in bounds if b.serves(limit.models)] or bounds, rate_limit_timeout_seconds)
 
 
 def budget_worst_cases(
@@ -144,43 +230,61 @@ def budget_worst_cases(
     """The worst case of every tokens and usd limit of one budget (0 for the default, k for class k-1)."""
     own: tuple[CompiledRule, ...] = rules.rules_of_budget(budget_index)
     name = own[0].purpose  # every budget has at least one limit
-    calls_limits = [rule.limit for rule in own if rule.limit is not None and rule.limit.unit == "calls"]
+    key = _budget_key(budget_index)
     spend = [rule for rule in own if rule.limit is not None and rule.limit.counts_spend]
     if not spend:
-        key = _budget_key(budget_index)
         return [
             WorstCase(name, None, None, None, None, None, None, None, (f"{key} has no tokens or usd limit: add one",))
         ]
-    lifetime = call_lifetime(bounds, rate_limit_timeout_seconds)
-    concurrent = min((concurrent_calls(int(c.amount), c.per, lifetime) for c in calls_limits), default=None)
-    missing_route_keys = [key for bound in bounds for key in bound.missing]
-    results: list[WorstCase] = []
+    calls_limits = _calls_limits(own)
+    advice = _calls_advice(rules, key, len(own))
+    results = []
     for rule in spend:
+        assert rule.limit is not None
+        lifetime = _serving_lifetime(rule.limit, bounds, rate_limit_timeout_seconds)
+        results.append(_worst_case(name, rule, bounds, _pace(calls_limits, rule.limit, lifetime), advice))
+    return results
+
+
+def pool_worst_cases(
+    rules: BudgetRules, bounds: Sequence[CallBound], rate_limit_timeout_seconds: float, pool_index: int
+) -> list[WorstCase]:
+    """The worst case of every tokens and usd limit of one pool: its own calls limits bound it, and so, for a
+    pool of listed members only, does the sum of what each member's own budget lets it run."""
+    own = rules.rules_of_pool(pool_index)
+    if not own:
+        return []
+    pool = rules.pools[pool_index]
+    key = pool.key or f"budgets.pools[{pool_index}]"
+    advice = _calls_advice(rules, key, len(own))
+    if not pool.atespaces and pool.actors:
+        advice += " (or to the budget of every member)"
+    calls_limits = _calls_limits(own)
+    results = []
+    for rule in own:
         limit = rule.limit
-        assert limit is not None
-        unit_costs = [bound.tokens if limit.unit == "tokens" else bound.mills for bound in bounds]
-        per_call = None if missing_route_keys or None in unit_costs else max(c for c in unit_costs if c is not None)
-        calls = min((calls_per_window(int(c.amount), c.per, limit.per, lifetime) for c in calls_limits), default=None)
-        unbounded: list[str] = []
-        if missing_route_keys:
-            unbounded.append(f"set {', '.join(missing_route_keys)}")
-        elif per_call is None:
-            unbounded.append("price every model of every route in prices")
-        if concurrent is None:
-            unbounded.append(_calls_advice(rules, budget_index, len(own)))
-        worst = None
-        if not unbounded and per_call is not None and concurrent is not None and calls is not None:
-            worst = min(limit.requests + concurrent * per_call, calls * per_call)
-        results.append(
-            WorstCase(name, rule.index, rule.limit_index, limit, per_call, concurrent, calls, worst, tuple(unbounded))
-        )
+        if limit is None or not limit.counts_spend:
+            continue
+        lifetime = _serving_lifetime(limit, bounds, rate_limit_timeout_seconds)
+        pace = _pace(calls_limits, limit, lifetime)
+        if not pool.atespaces and pool.actors:
+            members = _Pace(0, 0)
+            for actor in sorted(set(pool.actors)):
+                members = members.plus(_pace(_calls_limits(rules.rules_for_actor(actor)), limit, lifetime))
+            pace = pace.at_most(members)
+        results.append(_worst_case(rule.purpose, rule, bounds, pace, advice))
     return results
 
 
 def worst_cases(rules: BudgetRules, bounds: Sequence[CallBound], rate_limit_timeout_seconds: float) -> list[WorstCase]:
-    """Every budget's worst cases, the default's first, then each class's in configuration order."""
-    budgets = sorted({rule.budget_index for rule in rules.rules})
-    return [case for index in budgets for case in budget_worst_cases(rules, bounds, rate_limit_timeout_seconds, index)]
+    """Every budget's worst cases, the default's first, then each class's in configuration order, then each
+    pool's."""
+    budgets = sorted({rule.budget_index for rule in rules.limit_rules if rule.budget_index is not None})
+    pools = sorted({rule.pool_index for rule in rules.limit_rules if rule.pool_index is not None})
+    return [
+        *(case for index in budgets for case in budget_worst_cases(rules, bounds, rate_limit_timeout_seconds, index)),
+        *(case for index in pools for case in pool_worst_cases(rules, bounds, rate_limit_timeout_seconds, index)),
+    ]
 
 
 def route_facts(settings: StackSettings) -> list[RouteFacts]:
@@ -195,6 +299,7 @@ def route_facts(settings: StackSettings) -> list[RouteFacts]:
             max_output_tokens=route.max_output_tokens,
             context_window=route.context_window,
             timeout_seconds=route.timeout_seconds,
+            served=tuple(route.models),
         )
         for index, route in enumerate(settings.routes)
     ]

@@ -45,6 +45,7 @@ from core.budget_rules import (
     CALL_COST,
     COST_METADATA_KEY,
     COST_METADATA_NAMESPACE,
+    KIND_TEXT,
     LIMIT_SLOTS_ANNOTATION,
     MATCHES_NOTHING,
     MAX_HEADERS_PER_SELECTOR,
@@ -52,7 +53,11 @@ from core.budget_rules import (
     MAX_RULES,
     MAX_SELECTORS,
     MAX_VALUE_LENGTH,
+    MODEL_HEADER,
+    POOL_SLOTS_ANNOTATION,
     SUBJECT_PREFIX,
+    TOKEN_COST_TYPES,
+    TOKEN_METADATA_KEYS,
     actor_subject,
 )
 from core.egress import (
@@ -83,10 +88,11 @@ from core.ratelimit_model import (
     envoy_listener_name,
     envoy_route_name,
     header_match_error,
+    regex_full_match,
     regex_is_valid,
     translation_errors,
 )
-from core.settings import PROJECT
+from core.settings import PROJECT, TOKEN_KINDS
 
 PACK_NAME = "agent-budgets"
 EGRESS_SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
@@ -101,7 +107,17 @@ ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute"})
 # A subject in no budget class: it must land in the default budget's rules like any unlisted actor.
 PROBE_ACTOR = "policy-probe/unlisted-actor"
 # What a budget rule may charge, and how Agent Router must compute each (AIGatewayRoute llmRequestCosts type).
-BUDGET_COST_TYPES: dict[str, str] = {COST_METADATA_KEY: "TotalToken", USD_METADATA_KEY: "CEL"}
+BUDGET_COST_TYPES: dict[str, str] = {
+    **{TOKEN_METADATA_KEYS[kind]: TOKEN_COST_TYPES[kind] for kind in TOKEN_KINDS},
+    USD_METADATA_KEY: "CEL",
+}
+"""Every metadata key a budget rule may charge, and the `llmRequestCosts` type that must compute it."""
+COST_MEANINGS: dict[str, str] = {
+    **{TOKEN_METADATA_KEYS[kind]: f"the {KIND_TEXT[kind]}" for kind in TOKEN_KINDS if kind != "total"},
+    COST_METADATA_KEY: "the total tokens",
+    USD_METADATA_KEY: "the price in mills",
+}
+"""What each charged key holds, in words (`the output tokens`)."""
 
 # Literal values shaped like model-provider API keys (OpenAI/Anthropic/DeepSeek/OpenRouter `sk-...`,
 # Google `AIza...`, Groq `gsk_...`, xAI `xai-...`). Not preceded by a letter or digit, so `task-...`
@@ -399,6 +415,7 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
                 "Envoy replica and forgets on restart, so it is no budget. Move it under rateLimit.global.rules"
             )
     problems.extend(_translation_problems(resource))
+    slots, pools = limit_slots(resource), pool_slots(resource)
     for index, rule in enumerate(global_rules(resource)):
         if not keyed_on_actor(rule):
             continue
@@ -406,10 +423,12 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
         distinct = [
             m for m in header_matches(rule) if lower(m.get("name")) == ACTOR_HEADER and m.get("type") == "Distinct"
         ]
-        if not distinct and not has_unknown(rule.get("clientSelectors")):
+        pooled = in_pool_block(index, slots, pools)
+        if not distinct and not pooled and not has_unknown(rule.get("clientSelectors")):
             problems.append(
                 f"{where} has no Distinct match on {ACTOR_HEADER}: every actor it admits would share one "
-                f"bucket. Add `{{name: {ACTOR_HEADER}, type: Distinct}}` as its first header match"
+                f"bucket. Add `{{name: {ACTOR_HEADER}, type: Distinct}}` (a shared bucket belongs in a pool's block "
+                f"of rules, annotated {POOL_SLOTS_ANNOTATION})"
             )
         shared = rule.get("shared")
         if shared is not True and shared is not UNKNOWN:
@@ -449,11 +468,12 @@ def _cost_problems(where: str, rule: Mapping[str, Any]) -> list[str]:
         and metadata.get("namespace") == COST_METADATA_NAMESPACE
         and metadata.get("key") in BUDGET_COST_TYPES
     ):
+        others = ", ".join(key for key in BUDGET_COST_TYPES if key != COST_METADATA_KEY)
         problems.append(
             f"{where} does not charge the response's token count or price ({response or 'no cost.response'}): "
             f"set cost.response to {{from: Metadata, metadata: {expected}}}, the total tokens Agent Router "
-            f"reports for every response and stream (or key {USD_METADATA_KEY}, the call's price in mills, "
-            "for a budget in dollars)"
+            f"reports for every response and stream (or, in namespace {COST_METADATA_NAMESPACE}, one of {others}: "
+            f"the input, output or cached input tokens, or the call's price in mills for a budget in dollars)"
         )
     return problems
 
@@ -1094,12 +1114,18 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         if translation_errors(policy.rules):
             continue  # Envoy Gateway rejects the whole policy: reported by budget-rules-charge-llm-tokens
         # A non-shared rule charges per Envoy route; the pack only counts which rules apply, so any one
-        # route and listener stand for all (their names only matter for the counter key).
-        model = PolicyModel(namespace, name, policy.rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
-        slots = limit_slots(policy.resource)
-        admission_of_rule = [admitted_actors(rule) for rule in policy.rules]
+        # route and listener stand for all (their names only matter for the counter key). Which actors a rule
+        # admits does not depend on the model, so per-model rules are asked about without their model match:
+        # whatever model a call names, its actor must fall in one budget.
+        actor_rules = [without_model_matches(rule) for rule in policy.rules]
+        model = PolicyModel(namespace, name, actor_rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
+        slots, pools = limit_slots(policy.resource), pool_slots(policy.resource)
+        admission_of_rule = [admitted_actors(rule) for rule in actor_rules]
         for actor in [*actors, PROBE_ACTOR]:
-            applied = model.for_actor(actor_subject(actor))
+            # A pool's rules charge its members on top of their own budget: they are not one of its budgets.
+            applied = [
+                rule for rule in model.for_actor(actor_subject(actor)) if not in_pool_block(rule.index, slots, pools)
+            ]
             blocks = {rule.index // slots for rule in applied}
             admissions = {admission_of_rule[rule.index] for rule in applied}
             budgets = max(len(blocks), len(admissions))
@@ -1129,6 +1155,30 @@ def limit_slots(resource: Resource) -> int:
     if isinstance(text, str) and text.isdigit() and 1 <= int(text) <= MAX_LIMIT_SLOTS:
         return int(text)
     return 1
+
+
+def pool_slots(resource: Resource) -> int:
+    """How many blocks after the default budget's hold pools (the program's budgetPolicy.poolSlots, annotated on
+    the policy when it has any). Missing or unreadable: 0, the strictest reading (every rule is a budget's)."""
+    text = dig(resource.props, "metadata", "annotations", POOL_SLOTS_ANNOTATION)
+    if isinstance(text, str) and text.isdigit() and int(text) <= MAX_RULES:
+        return int(text)
+    return 0
+
+
+def in_pool_block(index: int, slots: int, pools: int) -> bool:
+    """Whether rule `index` is in a pool's block: blocks 1 to `pools` of `slots` rules each."""
+    return 1 <= index // slots <= pools
+
+
+def without_model_matches(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """The rule with its `x-ai-eg-model` matches left out: which actors it admits, whatever model they call."""
+    selectors = [
+        {**selector, "headers": [m for m in as_list(selector.get("headers")) if lower(m.get("name")) != MODEL_HEADER]}
+        for selector in as_list(rule.get("clientSelectors"))
+        if isinstance(selector, dict)
+    ]
+    return {**rule, "clientSelectors": selectors}
 
 
 def admitted_actors(rule: Mapping[str, Any]) -> tuple[tuple[str, str, str, bool], ...]:
@@ -1271,6 +1321,81 @@ def _reported_costs(resource: Resource, field_name: str) -> dict[str, str] | Non
     }
 
 
+def _route_models(resource: Resource) -> tuple[set[str], set[str]]:
+    """(the model names an AIGatewayRoute matches, exactly as agents send them; its `modelNameOverride`s)."""
+    served: set[str] = set()
+    overrides: set[str] = set()
+    for rule in as_list(resource.spec.get("rules")):
+        for match in as_list(as_dict(rule).get("matches")):
+            for header in as_list(as_dict(match).get("headers")):
+                header = as_dict(header)
+                exact = lower(header.get("name")) == MODEL_HEADER and header.get("type", "Exact") == "Exact"
+                if exact and isinstance(header.get("value"), str):
+                    served.add(header["value"])
+        for ref in as_list(as_dict(rule).get("backendRefs")):
+            override = as_dict(ref).get("modelNameOverride")
+            if isinstance(override, str):
+                overrides.add(override)
+    return served, overrides
+
+
+def check_budget_models_served(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
+    """A per-model budget rule names models the budget's Gateway serves, as agents send them.
+
+    The rate-limit filter sees `x-ai-eg-model` as Agent Router's router filter set it from the request body,
+    before any `modelNameOverride` (envoyproxy/ai-gateway v1.1.0 `internal/extproc/processor_impl.go`), and a
+    name no AIGatewayRoute matches is answered `route-not-found` before any rate limit: a rule matching only
+    other names never counts a call.
+    """
+    del config
+    served: dict[tuple[str, str], set[str]] = {}
+    overrides: dict[tuple[str, str], set[str]] = {}
+    for resource in resources:
+        if not resource.is_kind("aigateway.envoyproxy.io", "AIGatewayRoute") or has_unknown(resource.spec):
+            continue
+        names, targets = _route_models(resource)
+        for ref in as_list(resource.spec.get("parentRefs")):
+            if isinstance(ref, dict) and ref.get("kind", "Gateway") == "Gateway":
+                gateway = (str(ref.get("namespace") or resource.namespace), str(ref.get("name")))
+                served.setdefault(gateway, set()).update(names)
+                overrides.setdefault(gateway, set()).update(targets)
+    problems: list[StackProblem] = []
+    for policy in (r for r in resources if is_budget_policy(r)):
+        for _namespace, kind, name in sorted(target_keys(policy)):
+            if kind != "Gateway" or (policy.namespace, name) not in served:
+                continue
+            models, targets = served[(policy.namespace, name)], overrides[(policy.namespace, name)]
+            for index, rule in enumerate(global_rules(policy)):
+                for match in header_matches(rule):
+                    if lower(match.get("name")) != MODEL_HEADER or has_unknown(match):
+                        continue
+                    value, kind_of = match.get("value"), match.get("type") or "Exact"
+                    if not isinstance(value, str) or (kind_of == "RegularExpression" and not regex_is_valid(value)):
+                        continue
+                    admitted = {m for m in models if _model_matches(kind_of, value, m)}
+                    overridden = sorted(t for t in targets - models if _model_matches(kind_of, value, t))
+                    if admitted and not overridden:
+                        continue
+                    reason = (
+                        f"matches {', '.join(map(repr, overridden))}, which only a modelNameOverride sends upstream: "
+                        "the rate limit sees the name the agent sent"
+                        if overridden
+                        else "matches no model any AIGatewayRoute on the Gateway serves"
+                    )
+                    problems.append(
+                        StackProblem(
+                            f"{policy.describe()}: budget rule {index}'s {MODEL_HEADER} match {value!r} {reason}, so "
+                            f"it never counts a call. Name the models of the routes' {MODEL_HEADER} matches",
+                            policy.urn,
+                        )
+                    )
+    return problems
+
+
+def _model_matches(kind: str, value: str, model: str) -> bool:
+    return model == value if kind == "Exact" else regex_full_match(value, model)
+
+
 def check_budget_costs_reported(resources: Sequence[Resource], config: Mapping[str, Any]) -> list[StackProblem]:
     """Every metadata key a budget rule charges is reported by every AIGatewayRoute on the budget's Gateway,
     computed the right way: `llm_total_token` as TotalToken, `agent_budgets_usd_mills` as a CEL cost.
@@ -1321,7 +1446,7 @@ def check_budget_costs_reported(resources: Sequence[Resource], config: Mapping[s
                     problems.append(
                         StackProblem(
                             f"{resource.describe()} computes {key} as {reported}, but budget rule(s) {indexes} read it "
-                            f"as {'the total tokens' if expected == 'TotalToken' else 'the price in mills'}: use "
+                            f"as {COST_MEANINGS[key]}: use "
                             f"type {expected}",
                             resource.urn,
                         )
@@ -1465,9 +1590,10 @@ ai_service_backend_removes_authorization = ResourceValidationPolicy(
 budget_rules_charge_llm_tokens = ResourceValidationPolicy(
     name="budget-rules-charge-llm-tokens",
     description=(
-        "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor, free on the request "
-        "and charged the response's io.envoy.ai_gateway/llm_total_token (or agent_budgets_usd_mills for a budget "
-        "in dollars), or, for a calls limit, charged one call on the request and nothing on the response; no "
+        "Every rate-limit rule keyed on x-actor-id is global, shared, Distinct per actor (outside the pools' "
+        "blocks), free on the request and charged the response's io.envoy.ai_gateway/llm_total_token (or "
+        "llm_input_token, llm_output_token, llm_cached_input_token, or agent_budgets_usd_mills for a budget in "
+        "dollars), or, for a calls limit, charged one call on the request and nothing on the response; no "
         "header match of the budget policy "
         "is one Envoy Gateway rejects at translation (Distinct with invert or a value, Exact or "
         "RegularExpression without a value)."
@@ -1527,8 +1653,8 @@ provider_keys_only_in_secrets = ResourceValidationPolicy(
 budget_rules_cover_each_actor_once = StackValidationPolicy(
     name="budget-rules-cover-each-actor-once",
     description=(
-        "Every actor falls in the rules of exactly one budget (one rule per limit) of one budget policy, set by a "
-        "JWT SecurityPolicy, within Envoy Gateway's caps."
+        "Every actor falls in the rules of exactly one budget (one rule per limit, whatever model it calls; pools "
+        "come on top) of one budget policy, set by a JWT SecurityPolicy, within Envoy Gateway's caps."
     ),
     validate=_stack_validation(check_budget_coverage),
     enforcement_level=EnforcementLevel.MANDATORY,
@@ -1539,9 +1665,21 @@ budget_costs_reported_by_every_route = StackValidationPolicy(
     name="budget-costs-reported-by-every-route",
     description=(
         "Every AIGatewayRoute on the budget's Gateway reports each metadata key a budget rule charges: "
-        "llm_total_token as TotalToken, agent_budgets_usd_mills (a call's price in mills) as a CEL cost."
+        "llm_total_token as TotalToken, llm_input_token as InputToken, llm_output_token as OutputToken, "
+        "llm_cached_input_token as CachedInputToken, agent_budgets_usd_mills (a call's price in mills) as a CEL cost."
     ),
     validate=_stack_validation(check_budget_costs_reported),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
+)
+
+budget_models_served_by_a_route = StackValidationPolicy(
+    name="budget-models-served-by-a-route",
+    description=(
+        "Every per-model budget rule's x-ai-eg-model match names models an AIGatewayRoute on the budget's Gateway "
+        "serves, as agents send them (not only a modelNameOverride), so the limit can count a call."
+    ),
+    validate=_stack_validation(check_budget_models_served),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.HIGH,
 )
@@ -1626,6 +1764,7 @@ MANDATORY_POLICIES: list[Policy] = [
     egress_reaches_only_the_gateway,
     budget_rules_cover_each_actor_once,
     budget_costs_reported_by_every_route,
+    budget_models_served_by_a_route,
     route_policies_merge_with_the_budget,
     provider_keys_only_in_secrets,
     body_mutations_keep_usage,

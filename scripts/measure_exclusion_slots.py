@@ -178,7 +178,7 @@ def examples_table() -> str:
     ]
     for example in examples():
         rules = example.rules
-        budgets = len({rule.budget_index for rule in rules.limit_rules})
+        budgets = len({(rule.budget_index, rule.pool_index) for rule in rules.limit_rules})  # budgets and pools
         size = route_bytes(example)
         lines.append(
             f"| {example.name} | {budgets:,} | {len(rules.limit_rules):,} | {len(rules.rules):,} | "

@@ -4,9 +4,9 @@
     venv/bin/python scripts/spend_example.py --check  # exit 1 when the committed blocks are out of date
 
 The examples are real runs of `python -m tools.spend` (its `run` function, nothing mocked): the budgets of
-Pulumi.prod.yaml (with agents/coder-2 suspended), its Redis pointed at a local redis-server that holds
-counters written the way envoyproxy/ratelimit writes them (INCRBY + EXPIRE, keys from the rate-limit model),
-and the clock fixed at 2026-11-30 18:48:00 UTC so the text does not change from run to run.
+Pulumi.prod.yaml (with agents/coder-2 suspended and a pool of the two coders), its Redis pointed at a local
+redis-server that holds counters written the way envoyproxy/ratelimit writes them (INCRBY + EXPIRE, keys from the
+rate-limit model), and the clock fixed at 2026-11-30 18:48:00 UTC so the text does not change from run to run.
 tests/test_spend_docs.py runs the check on every `make test`.
 """
 
@@ -34,14 +34,23 @@ from tools.spend.stack import load_stack  # noqa: E402
 DOC = ROOT / "docs" / "spend.md"
 NOW = 1796064480  # 2026-11-30T18:48:00Z, a Monday
 EXAMPLE_STACK = "prod"
-# What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml: tokens, calls,
-# or mills ($0.001) for a usd limit. agents/research-1's budget has three limits (tokens/Hour, $/Day, $/Month);
-# every other budget has a tokens limit and a calls limit.
+# A pool of the two coders on top of their class, as the example adds it to Pulumi.prod.yaml's budgets (with the
+# pool slot it needs).
+POOLS = [
+    {"name": "coders", "members": ["agents/coder-1", "agents/coder-2"], "limits": [{"tokens": 3000000, "per": "Day"}]}
+]
+POOL_SLOTS = 1
+# What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml, and per (pool row,
+# limit index): tokens, calls, or mills ($0.001) for a usd limit. The default budget has a tokens, a calls and a
+# per-model usd limit; agents/research-1's three limits (tokens/Hour, $/Day, $/Month); every other budget has a
+# tokens limit and a calls limit. The coders' pool holds what coder-1 spent (coder-2 spent nothing).
 COUNTERS = {
     ("agents/support-2", 0): 201_350,
     ("agents/support-2", 1): 9,
+    ("agents/support-2", 2): 1_130,
     ("agents/support-1", 0): 184_200,
     ("agents/support-1", 1): 20,
+    ("agents/support-1", 2): 2_040,
     ("agents/research-1", 0): 120_000,
     ("agents/research-1", 1): 4_210,
     ("agents/research-1", 2): 31_870,
@@ -49,16 +58,19 @@ COUNTERS = {
     ("agents/coder-1", 1): 41,
     ("agents/nightly-batch", 0): 9_800_000,
     ("agents/nightly-batch", 1): 310,
+    ("pool:coders", 0): 1_240_000,
 }
 SUSPENDED = ["agents/coder-2"]
 
 
 def example_project(folder: Path, redis_port: int) -> Path:
-    """Pulumi.yaml and Pulumi.prod.yaml, the Redis URL pointed at the local server (no TLS)."""
+    """Pulumi.yaml and Pulumi.prod.yaml, the Redis URL pointed at the local server (no TLS), with the coders' pool."""
     document = yaml.safe_load((ROOT / f"Pulumi.{EXAMPLE_STACK}.yaml").read_text(encoding="utf-8"))
     config = document["config"]
     config["agent-budgets:redis"] = {"mode": "external", "url": f"localhost:{redis_port}"}
     config["agent-budgets:suspended"] = list(SUSPENDED)
+    config["agent-budgets:budgets"]["pools"] = POOLS
+    config["agent-budgets:budgetPolicy"]["poolSlots"] = POOL_SLOTS
     for key in ("openaiApiKey", "anthropicApiKey", "redisPassword"):
         config[f"agent-budgets:{key}"] = {"secure": "v1:example"}
     (folder / "Pulumi.yaml").write_bytes((ROOT / "Pulumi.yaml").read_bytes())
@@ -67,15 +79,16 @@ def example_project(folder: Path, redis_port: int) -> Path:
 
 
 def seed_counters(client: Any, project: Path) -> None:
-    """Write each actor's counter for the window of NOW as ratelimit does: INCRBY, then EXPIRE."""
+    """Write each counter for the window of NOW as ratelimit does: INCRBY, then EXPIRE."""
     validated = load_stack(project, EXAMPLE_STACK).validate()
     namespace = validated.settings.gateway.namespace
-    actors = sorted({actor for actor, _ in COUNTERS})
+    actors = sorted({actor for actor, _ in COUNTERS if not actor.startswith("pool:")})
     plan = spend.plan_counters(actors, validated.rules, namespace, BUDGET_POLICY_NAME, NOW)
-    assert {(c.actor, c.limit_index) for c in plan.counters} == set(COUNTERS), "Pulumi.prod.yaml's budgets moved"
+    planned = {(c.actor or c.budget, c.limit_index): c for c in plan.counters}
+    assert set(planned) == set(COUNTERS), "Pulumi.prod.yaml's budgets moved"
     pipeline = client.pipeline(transaction=False)
-    for counter in plan.counters:
-        pipeline.incrby(counter.key, COUNTERS[counter.actor, counter.limit_index])
+    for pair, counter in planned.items():
+        pipeline.incrby(counter.key, COUNTERS[pair])
         pipeline.expire(counter.key, counter.resets_at - counter.window_start)
     pipeline.execute()
 
@@ -122,6 +135,7 @@ def generate(redis_port: int, password: str, client: Any) -> dict[str, str]:
             "over": (f"{make} ARGS='--over 90'", ["--over", "90"]),
             "json": (f"{make} ARGS='--json --actor agents/coder-1'", ["--json", "--actor", "agents/coder-1"]),
             "research": (f"{make} ARGS='--actor agents/research-1'", ["--actor", "agents/research-1"]),
+            "pool": (f"{make} ARGS='--actor agents/coder-1'", ["--actor", "agents/coder-1"]),
             "prometheus": (
                 f"{make} ARGS='--prometheus --actor agents/research-1'",
                 ["--prometheus", "--actor", "agents/research-1"],

@@ -16,14 +16,17 @@ import pytest
 import re2
 
 from core.budget_rules import (
+    ACTOR_HEADER,
     COST_METADATA_KEY,
     MATCHES_NOTHING,
     MAX_LIMIT_SLOTS,
     MAX_RULES,
+    MODEL_HEADER,
     RESERVED_LIMIT,
     BudgetRules,
     BudgetSpec,
     LimitSpec,
+    PoolSpec,
     actor_subject,
     compile_rules,
 )
@@ -304,26 +307,48 @@ Counters = dict[tuple[str, int], tuple[LimitSpec, str]]
 
 
 def limit_counters(rules: BudgetRules, actors: list[str] = ACTORS, namespace: str = NS) -> Counters:
-    """Every (actor, limit position) → (its limit, its counter's Redis key at NOW), through the model.
+    """Every (actor, limit position) → (its limit, its counter's Redis key at NOW), through the model; every
+    pool limit as ("pool:<name>", position), the one counter all of its members share.
 
-    Also proves coverage: each actor is charged by exactly the limits of its own budget.
+    Also proves coverage: each actor is charged by exactly the limits of its own budget and of the pools it is
+    in, asking the model once without a model and once per model a per-model limit names.
     """
     model = PolicyModel(namespace, NAME, rules.specs())
+    probes = [{}, *({MODEL_HEADER: name} for name in rules.model_names())]
     result: Counters = {}
     for actor in actors:
-        applied = model.for_actor(actor_subject(actor))
-        expected = rules.rules_for_actor(actor)
-        assert [r.index for r in applied] == [r.index for r in expected], actor
-        for applied_rule, compiled in zip(applied, expected, strict=True):
+        applied = {}
+        for probe in probes:
+            for applied_rule in model.applied({ACTOR_HEADER: actor_subject(actor), **probe}):
+                applied[applied_rule.index] = applied_rule
+        own, pooled = rules.rules_for_actor(actor), rules.pool_rules_for_actor(actor)
+        assert sorted(applied) == sorted(r.index for r in (*own, *pooled)), actor
+        for compiled in own:
             assert compiled.limit is not None
-            result[(actor, compiled.limit_index)] = (compiled.limit, applied_rule.counter_key(NOW))
+            result[(actor, compiled.limit_index)] = (compiled.limit, applied[compiled.index].counter_key(NOW))
+        for compiled in pooled:
+            assert compiled.limit is not None
+            pair, counter = (compiled.purpose, compiled.limit_index), applied[compiled.index].counter_key(NOW)
+            assert result.setdefault(pair, (compiled.limit, counter)) == (compiled.limit, counter), "one shared counter"
     return result
 
 
 def compile_layout(
-    default: BudgetSpec, classes: list[BudgetSpec], exclusion_slots: int = 32, limit_slots: int = LIMIT_SLOTS
+    default: BudgetSpec,
+    classes: list[BudgetSpec],
+    exclusion_slots: int = 32,
+    limit_slots: int = LIMIT_SLOTS,
+    pools: list[PoolSpec] | None = None,
+    pool_slots: int = 0,
 ) -> BudgetRules:
-    return compile_rules(default, classes, exclusion_slots=exclusion_slots, limit_slots=limit_slots)
+    return compile_rules(
+        default,
+        classes,
+        exclusion_slots=exclusion_slots,
+        limit_slots=limit_slots,
+        pools=pools or [],
+        pool_slots=pool_slots,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -516,29 +541,52 @@ RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
         "test_budget_limits.py::test_moving_an_actor_between_classes_changes_only_that_actor",
     ),
     "change a limit's `tokens` or `usd` amount": ("test_budget_limits.py::test_changing_an_amount_moves_no_counter",),
-    "append a limit to a budget (up to `limitSlots`)": (
+    "append a limit to a budget or pool (up to `limitSlots`), with or without `models` or `count`": (
         "test_budget_limits.py::test_appending_a_limit_to_the_default_changes_no_other_key",
         "test_budget_limits.py::test_appending_a_limit_to_a_class_changes_no_other_key",
         "test_budget_limits.py::test_appending_a_calls_limit_changes_no_other_key",
+        "test_budget_pools.py::test_appending_a_per_model_limit_changes_no_other_key",
+        "test_budget_pools.py::test_appending_a_token_kind_limit_changes_no_other_key",
     ),
     "append a class": ("test_budget_limits.py::test_appending_a_class_changes_only_its_members",),
+    "append a pool (up to `budgetPolicy.poolSlots`)": (
+        "test_budget_pools.py::test_appending_a_pool_changes_no_other_key",
+    ),
+    "add or remove a pool's members or atespaces": (
+        "test_budget_pools.py::test_changing_a_pool_s_members_or_atespaces_moves_no_counter",
+    ),
     "empty a class (retire it in place)": ("test_budget_limits.py::test_emptying_a_class_moves_its_members_only",),
+    "empty a pool (retire it in place)": ("test_budget_pools.py::test_emptying_a_pool_moves_no_counter",),
     "remove or reorder a class": (
         "test_budget_limits.py::test_removing_or_reordering_a_class_moves_the_members_of_every_class_that_changes_place",
+    ),
+    "remove or reorder a pool": (
+        "test_budget_pools.py::test_removing_or_reordering_a_pool_moves_the_pools_that_change_place",
     ),
     "remove a limit that is not the last of its budget, or reorder limits": (
         "test_budget_limits.py::test_removing_a_limit_that_is_not_the_last_moves_the_later_limits_of_that_budget_only",
         "test_budget_limits.py::test_reordering_the_limits_of_a_budget_moves_the_reordered_ones_only",
     ),
-    "change a limit's kind (`tokens`, `usd`, `calls`)": (
+    "change a limit's kind (`tokens`, `usd`, `calls`, or a tokens limit's `count`)": (
         "test_budget_limits.py::test_changing_a_limit_between_tokens_and_usd_moves_that_limit_only",
         "test_budget_limits.py::test_changing_a_limit_to_or_from_calls_moves_that_limit_only",
+        "test_budget_pools.py::test_changing_a_tokens_limit_s_count_moves_that_limit_only",
+    ),
+    "change which models a per-model limit names": (
+        "test_budget_pools.py::test_changing_which_models_a_limit_names_moves_nothing_and_adding_models_moves_that_limit",
+    ),
+    "give a limit `models`, or take them away": (
+        "test_budget_pools.py::test_changing_which_models_a_limit_names_moves_nothing_and_adding_models_moves_that_limit",
     ),
     "change `budgetPolicy.exclusionSlots`": (
         "test_budget_limits.py::test_changing_exclusion_slots_moves_every_default_counter_once",
     ),
     "change `budgetPolicy.limitSlots`": (
         "test_budget_limits.py::test_changing_limit_slots_moves_every_class_counter_and_no_default_one",
+        "test_budget_pools.py::test_changing_limit_slots_moves_every_class_and_pool_counter_and_no_default_one",
+    ),
+    "change `budgetPolicy.poolSlots`": (
+        "test_budget_pools.py::test_changing_pool_slots_moves_every_class_counter_and_no_default_or_pool_one",
     ),
     "change `gateway.namespace` (the policy's namespace is in every key)": (
         "test_budget_limits.py::test_changing_the_gateway_namespace_moves_every_counter",

@@ -1,10 +1,12 @@
-"""Live checks 11-13 (money, windows, suspension) run against a simulation driven by the real program.
+"""Live checks 11-13 and 15 (money, windows, suspension, pools) run against a simulation driven by the real
+program.
 
 No hand-written fake budget logic: every `pulumi up` of the simulated stack runs `core.validation` on the
 stack configuration the check wrote, and calls are answered from what the program would deploy:
 
 * which rules charge an actor, and under which Redis keys: core.ratelimit_model.PolicyModel over the
-  compiled BackendTrafficPolicy rules (Envoy Gateway v1.9.0 translation, envoyproxy/ratelimit keys);
+  compiled BackendTrafficPolicy rules (Envoy Gateway v1.9.0 translation, envoyproxy/ratelimit keys), for the
+  call's `x-actor-id` and the `x-ai-eg-model` Agent Router sets from its body;
 * what a call costs in mills: the CEL of the route's AIGatewayRoute `llmRequestCosts`, evaluated with
   cel-python on the mock model's usage (mock_model/server.py);
 * a refusal: 429 once any applying counter is over its limit (check-only request,
@@ -32,8 +34,9 @@ import tests.e2e.conftest as e2e_conftest
 import tests.e2e.test_e2e_11_usd_limit as check_usd
 import tests.e2e.test_e2e_12_windows as check_windows
 import tests.e2e.test_e2e_13_suspended as check_suspended
+import tests.e2e.test_e2e_15_pools as check_pools
 from core import manifests
-from core.budget_rules import COST_METADATA_KEY
+from core.budget_rules import ACTOR_HEADER, COST_METADATA_KEY, MODEL_HEADER, TOKEN_METADATA_KEYS
 from core.money import USD_METADATA_KEY
 from core.ratelimit_model import PolicyModel
 from core.suspension import SUSPENDED_BODY
@@ -120,6 +123,13 @@ class ProgramStack:
         usage = MockSettings(total_tokens=SETTINGS.tokens_per_call).usage()
         if metadata_key == COST_METADATA_KEY or not self.prices_usd:
             return usage["total_tokens"]
+        reported = {  # Agent Router's InputToken, OutputToken, CachedInputToken of an OpenAI-schema usage
+            TOKEN_METADATA_KEYS["input"]: usage["prompt_tokens"],
+            TOKEN_METADATA_KEYS["output"]: usage["completion_tokens"],
+            TOKEN_METADATA_KEYS["cachedInput"]: 0,
+        }
+        if metadata_key in reported:
+            return reported[metadata_key]
         assert metadata_key == USD_METADATA_KEY
         activation = {
             "model": celtypes.StringType(model),
@@ -135,11 +145,15 @@ class ProgramStack:
         if self.honours_suspension and actor_id in self.settings.suspended:
             return Call(status=403, reason="Forbidden", body=SUSPENDED_BODY)
         model = spec.get("model", SETTINGS.models[0])
-        applied = self.model.for_actor(SETTINGS.subject(actor))
+        applied = self.model.applied({ACTOR_HEADER: SETTINGS.subject(actor), MODEL_HEADER: model})
         if any(self.counters.get(rule.counter_key(NOW), 0) > rule.requests for rule in applied):
             return Call(status=429, reason="Too Many Requests", remaining="0")
         for rule in applied:
-            key = self.specs[rule.index]["cost"]["response"]["metadata"]["key"]
+            response = self.specs[rule.index]["cost"].get("response")
+            if response is None:  # a calls limit: counted on the request
+                self.counters[rule.counter_key(NOW)] = self.counters.get(rule.counter_key(NOW), 0) + 1
+                continue
+            key = response["metadata"]["key"]
             counter = rule.counter_key(NOW)
             self.counters[counter] = self.counters.get(counter, 0) + self._charge(key, model)
         return Call(status=200, reason="OK", total_tokens=SETTINGS.tokens_per_call, credential="provider-key")
@@ -194,11 +208,12 @@ def program_env(tmp_path, **behaviour) -> ProgramEnv:
     return env
 
 
-USD, WINDOWS, SUSPENDED = 11, 12, 13
+USD, WINDOWS, SUSPENDED, POOLS = 11, 12, 13, 15
 CHECKS = {
     USD: (check_usd, check_usd.test_usd_limit_refuses_the_call_after_the_one_that_crosses_it),
     WINDOWS: (check_windows, check_windows.test_the_smaller_window_refuses_first),
     SUSPENDED: (check_suspended, check_suspended.test_a_suspended_actor_is_refused_and_its_budget_kept),
+    POOLS: (check_pools, check_pools.test_a_pool_and_a_per_model_limit),
 }
 
 
@@ -265,6 +280,34 @@ def test_usd_check_fails_when_usd_rules_are_charged_in_tokens(tmp_path, monkeypa
     env = program_env(tmp_path, prices_usd=False)
     verdict, _ = run_check(USD, env, monkeypatch)
     assert verdict.failures, "200 'mills' a call would refuse the 6th call: the check must notice"
+
+
+def test_pools_check_reads_the_shared_counter_by_its_rule(tmp_path, monkeypatch):
+    env = program_env(tmp_path)
+    _, printed = run_check(POOLS, env, monkeypatch)
+    assert "counters: a default 200, b default 600, b model 400, pool 800" in printed
+    assert 'actor-b call 3: {"status":429' in printed and 'actor-a call 2: {"status":429' in printed
+    assert "config set --path budgetPolicy.poolSlots 1" in env.pulumi.log
+
+
+def test_pools_check_fails_when_the_pool_is_not_shared(tmp_path, monkeypatch):
+    """A gateway that gives each member its own pool counter lets actor-a through: the check must notice."""
+    env = program_env(tmp_path)
+    deploy = env.program.deploy
+
+    def per_member(config):
+        deploy(config)
+        specs = copy.deepcopy(env.program.specs)
+        for rule in specs:  # a pool's rule is the one without a Distinct match: give it one
+            headers = rule["clientSelectors"][0]["headers"]
+            if not any(match["type"] == "Distinct" for match in headers):
+                headers.insert(0, {"name": "x-actor-id", "type": "Distinct"})
+        env.program.specs = specs
+        env.program.model = PolicyModel(SETTINGS.policy_namespace, SETTINGS.policy_name, specs)
+
+    monkeypatch.setattr(env.program, "deploy", per_member)
+    verdict, _ = run_check(POOLS, env, monkeypatch)
+    assert any("actor-a (pool) call 2: expected HTTP 429" in failure for failure in verdict.failures)
 
 
 def test_a_failing_check_still_restores_the_stack(tmp_path, monkeypatch):

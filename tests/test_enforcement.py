@@ -5,7 +5,8 @@ increment then compare, refuse only above the limit, one counter per fixed windo
 stream-done descriptors, and Agent Router's usage reports (at the end of a stream, and from v1.2 on every
 chunk with usage). It reproduces the example write-up's floor(N/C) + 1 calls, shows each kind of unfinished
 call, and, over 2,000 seeded runs of randomized concurrent workloads, never exceeds core/worst_case.py's
-bound while reaching at least 90% of it.
+bound while reaching at least 90% of it: for a budget's limits, a per-model limit (the calls carry the model
+name Agent Router sets in `x-ai-eg-model`) and a pool of two members charging one counter together.
 """
 
 from __future__ import annotations
@@ -66,12 +67,12 @@ def test_a_calls_limit_adds_one_then_compares_and_counts_refused_calls():
     and charges nothing; the tokens counter is only checked (cost 0) on the way in."""
     scenario = bounded_scenario()
     gateway = scenario.gateway()
-    actor = "agents/agent-0"
+    actor = "agents/agent-2"  # in no pool
     admitted = [gateway.admit(actor, NOW + i) for i in range(7)]
     assert admitted == [True] * 5 + [False, False]
     calls_rule = next(r for r in scenario.rules.rules_of_budget(0) if r.unit == "calls").index
     tokens_rule = next(r for r in scenario.rules.rules_of_budget(0) if r.unit == "tokens").index
-    assert gateway.charged_by_rule() == {calls_rule: 7, tokens_rule: 0}
+    assert gateway.charged_by_rule() == {calls_rule: 7, tokens_rule: 0}, "a call naming no model: not gpt-y's limit"
     assert gateway.admit(actor, NOW + 60), "a new minute is a new window"
 
 
@@ -120,8 +121,10 @@ def test_a_charge_lands_in_the_window_that_holds_the_end_of_the_call():
 def test_the_scenario_s_bounds_are_the_stack_output():
     """The bounds the simulation checks are what `worstCase` shows for BOUNDED_STACK."""
     scenario = bounded_scenario()
-    assert [case.to_output()["worst"] for case in scenario.worst] == [60_000, 130_000, 1.42]
-    assert [case.concurrent for case in scenario.worst] == [10, 20, 20]  # 2N: a 50.2 s lifetime, calls per Minute
+    assert [case.budget for case in scenario.worst] == ["default", "default", "class:pair", "class:pair", "pool:team"]
+    assert [case.to_output()["worst"] for case in scenario.worst] == [60_000, 48_000, 130_000, 1.42, 110_000]
+    # 2N: a 50.2 s lifetime, calls per Minute; the pool's two members run 2 x 10 at once.
+    assert [case.concurrent for case in scenario.worst] == [10, 10, 20, 20, 20]
     assert BOUNDED_STACK["routes"][0]["contextWindow"] == scenario.window
 
 
@@ -132,7 +135,9 @@ def observations():
 
 def test_no_randomized_run_exceeds_the_bound(observations):
     assert RUNS >= 2_000
-    assert len(observations) == 3
+    assert len(observations) == 5
+    assert {o.budget for o in observations} == {"default", "class:pair", "pool:team"}
+    assert [o.models for o in observations if o.models] == [("gpt-y",)]
     for observation in observations:
         assert observation.worst_seen <= observation.bound, observation
 

@@ -213,3 +213,33 @@ def test_a_calls_limit_gets_alerts_that_speak_of_calls():
         f"In the last {monitoring.LOOKBACK} a call took an actor of budget default (rule 1) over its 60 calls "
         "per Minute"
     )
+
+
+def test_a_pool_s_alerts_speak_of_the_pool_and_a_limit_s_models_and_kind():
+    """A pool's counter is shared: its alerts name the pool and every member's 429, and `make spend` shows its
+    counter; a per-model or token-kind limit is named with its models and kind."""
+    config = monitored_config()
+    config["budgets"] = {
+        "default": {"limits": [{"tokens": 500, "per": "Day"}, {"tokens": 90, "per": "Hour", "count": "output"}]},
+        "pools": [
+            {
+                "name": "team",
+                "atespaces": ["agents"],
+                "limits": [{"tokens": 900, "per": "Day", "models": ["mock-large"]}],
+            }
+        ],
+    }
+    config["budgetPolicy"] = {"limitSlots": 2, "poolSlots": 1}
+    validated = validate_stack(config, lambda key: (False, False))
+    group = monitoring.prometheus_rule_manifest(validated.settings, validated.rules, "prod").spec["groups"][0]
+    by_rule = {(r["alert"], r["labels"]["rule"]): r for r in group["rules"]}
+    output = by_rule["AgentBudgetNearLimit", "1"]
+    assert output["annotations"]["summary"] == "An actor of budget default passed 80% of its 90 output tokens per Hour"
+    near, over = by_rule["AgentBudgetNearLimit", "2"], by_rule["AgentBudgetExhausted", "2"]
+    assert near["labels"]["budget"] == "pool:team"
+    assert near["annotations"]["summary"] == "Pool team passed 80% of its 900 tokens per Day on mock-large"
+    assert over["annotations"]["summary"] == (
+        "Pool team went over its 900 tokens per Day on mock-large: every member's calls get 429"
+    )
+    assert "for the pool's counter and when its window resets" in over["annotations"]["description"]
+    assert "rule/2_" in near["expr"]

@@ -323,7 +323,8 @@ def test_prod_stack_is_a_real_environment():
     assert prod.rate_limit.fail_closed is True and prod.rate_limit.replicas >= 2
     assert len(prod.budgets.classes) >= 2
     assert prod.budgets.default.limit_list()[0].tokens > 500
-    assert [limit.calls for limit in prod.budgets.default.limit_list()] == [None, 20], "a calls limit bounds it"
+    assert [limit.calls for limit in prod.budgets.default.limit_list()] == [None, 20, None], "a calls limit bounds it"
+    assert prod.budgets.default.limit_list()[2].models == ["claude-sonnet-4-5"], "Sonnet at most $2 a day"
     assert all(r.max_output_tokens and r.context_window and r.request_timeout for r in prod.routes)
     assert all(actor.startswith("agents/") for actor in prod.actors)
     assert prod.gateway.small_cluster is False

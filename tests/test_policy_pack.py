@@ -49,8 +49,35 @@ PROJECT = "agent-budgets"
 # A capture is a stack file, or a stack file with changes (its URNs name the stack it derives from).
 DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
     "dev-suspended": ("dev", {"suspended": ["agents/actor-b"]}),
+    # A pool of a whole atespace, a per-model limit and a limit on output tokens (docs/budgets.md).
+    "dev-pools": (
+        "dev",
+        {
+            "budgets": {
+                "default": {
+                    "limits": [
+                        {"tokens": 500, "per": "Day"},
+                        {"tokens": 300, "per": "Hour", "count": "output"},
+                        {"tokens": 200, "per": "Day", "models": ["mock-large"]},
+                    ]
+                },
+                "classes": [{"name": "large", "tokens": 5000, "per": "Day", "actors": ["agents/actor-b"]}],
+                "pools": [
+                    {
+                        "name": "team",
+                        "atespaces": ["agents"],
+                        "limits": [
+                            {"tokens": 900, "per": "Day"},
+                            {"calls": 30, "per": "Hour", "models": ["mock-large"]},
+                        ],
+                    }
+                ],
+            },
+            "budgetPolicy": {"limitSlots": 3, "poolSlots": 2},
+        },
+    ),
 }
-STACKS = ("dev", "prod", "dev-suspended")
+STACKS = ("dev", "prod", "dev-suspended", "dev-pools")
 # Stack files whose providers need keys: fake values, shaped like real ones (so a leak would be caught).
 STACK_SECRETS: dict[str, dict[str, str]] = {
     "prod": {
@@ -182,6 +209,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "provider-keys-only-in-secrets",
         "body-mutations-keep-usage",
         "agent-router-after-identity",
+        "budget-models-served-by-a-route",
     }
     assert advisory == {
         "rate-limit-fails-closed-outside-dev",
@@ -250,6 +278,14 @@ def _every_limit(resources: list[Captured], first: int, change: Callable[[dict[s
     for rule in budget:
         if rule.get("shadowMode") is not True:  # a reserved slot admits nobody
             change(rule)
+
+
+def _after_distinct(rule: dict[str, Any], offset: int = 1) -> dict[str, Any]:
+    """The header match `offset` places after the rule's Distinct one (a per-model limit's rule starts with its
+    model match, so the Distinct match is not always first)."""
+    headers = rule["clientSelectors"][0]["headers"]
+    distinct = next(i for i, match in enumerate(headers) if match["type"] == "Distinct")
+    return headers[distinct + offset]
 
 
 def _nothing_rule() -> dict[str, Any]:
@@ -405,12 +441,83 @@ BROKEN: list[Broken] = [
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
-        "response-charged-input-tokens",
+        "response-charged-reasoning-tokens",
         rules.budget_rules_charge_llm_tokens,
         "dev",
-        lambda rs: _budget_rules(rs)[0]["cost"]["response"]["metadata"].update(key="llm_input_token"),
+        lambda rs: _budget_rules(rs)[0]["cost"]["response"]["metadata"].update(key="llm_reasoning_token"),
         "budget rule 0 does not charge the response's token count or price",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    # -- pools, per-model limits and token kinds
+    Broken(
+        "pool-block-not-annotated",
+        rules.budget_rules_charge_llm_tokens,
+        "dev-pools",
+        lambda rs: (
+            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/pool-slots")
+        ),
+        "has no Distinct match on x-actor-id: every actor it admits would share one bucket",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=2,  # the pool's two limits
+    ),
+    Broken(
+        "pool-counted-as-a-budget",
+        rules.budget_rules_cover_each_actor_once,
+        "dev-pools",
+        lambda rs: (
+            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/pool-slots")
+        ),
+        "falls in the rules of 2 budgets (",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=2,  # actor-a and actor-b, both in atespace agents (the unlisted probe is in another one)
+    ),
+    Broken(
+        "per-model-rule-in-another-budget",
+        rules.budget_rules_cover_each_actor_once,
+        "dev-pools",
+        lambda rs: _budget_rules(rs)[2]["clientSelectors"][0]["headers"][2].update(invert=False),
+        "falls in the rules of 2 budgets",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "model-limit-names-an-unserved-model",
+        rules.budget_models_served_by_a_route,
+        "dev-pools",
+        lambda rs: _budget_rules(rs)[2]["clientSelectors"][0]["headers"][0].update(value="mock-huge"),
+        "budget rule 2's x-ai-eg-model match 'mock-huge' matches no model any AIGatewayRoute on the Gateway serves",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "model-limit-names-only-an-override",
+        rules.budget_models_served_by_a_route,
+        "dev-pools",
+        lambda rs: (
+            find(rs, "AIGatewayRoute", "mock-large")
+            .inputs["spec"]["rules"][0]["backendRefs"][0]
+            .update(modelNameOverride="mock-xl"),
+            _budget_rules(rs)[2]["clientSelectors"][0]["headers"][0].update(value="mock-xl"),
+        ),
+        "matches 'mock-xl', which only a modelNameOverride sends upstream",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+    ),
+    Broken(
+        "output-tokens-not-reported",
+        rules.budget_costs_reported_by_every_route,
+        "dev-pools",
+        lambda rs: find(rs, "AIGatewayRoute", "mock-small").inputs["spec"]["llmRequestCosts"].pop(1),
+        "reports no llm_output_token in llmRequestCosts, but budget rule(s) [1] charge it",
+        "AIGatewayRoute agent-budgets/mock-small",
+    ),
+    Broken(
+        "output-tokens-computed-as-input",
+        rules.budget_costs_reported_by_every_route,
+        "dev-pools",
+        lambda rs: (
+            find(rs, "AIGatewayRoute", "mock-small").inputs["spec"]["llmRequestCosts"][1].update(type="InputToken")
+        ),
+        "computes llm_output_token as InputToken, but budget rule(s) [1] read it as the output tokens: use type "
+        "OutputToken",
+        "AIGatewayRoute agent-budgets/mock-small",
     ),
     Broken(
         "usd-limit-charges-a-key-no-route-reports",
@@ -706,10 +813,8 @@ BROKEN: list[Broken] = [
         "default-rule-excludes-nobody",
         rules.budget_rules_cover_each_actor_once,
         "prod",
-        lambda rs: _every_limit(
-            rs, 0, lambda rule: rule["clientSelectors"][0]["headers"][1].update(value=MATCHES_NOTHING)
-        ),
-        "falls in the rules of 2 budgets (0, 1, ",
+        lambda rs: _every_limit(rs, 0, lambda rule: _after_distinct(rule).update(value=MATCHES_NOTHING)),
+        "falls in the rules of 2 budgets (0, 1, 2, ",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
         count=4,  # coder-1, coder-2, nightly-batch and research-1
     ),
@@ -720,11 +825,9 @@ BROKEN: list[Broken] = [
         lambda rs: _every_limit(
             rs,
             0,
-            lambda rule: rule["clientSelectors"][0]["headers"][1].update(
-                value="^actor/(?:agents/(?:coder-1|coder-2|nightly-batch))$"
-            ),
+            lambda rule: _after_distinct(rule).update(value="^actor/(?:agents/(?:coder-1|coder-2|nightly-batch))$"),
         ),
-        "actor agents/research-1 falls in the rules of 2 budgets (0, 1, 9, 10, 11)",
+        "actor agents/research-1 falls in the rules of 2 budgets (0, 1, 2, 9, 10, 11)",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -779,7 +882,7 @@ BROKEN: list[Broken] = [
         ),
         "match 127 is 1112 characters, over Envoy Gateway's 1024",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
-        count=2,  # the default budget's tokens and calls rules
+        count=3,  # the default budget's tokens, calls and per-model usd rules
     ),
     Broken(
         "invalid-regex",
@@ -819,7 +922,7 @@ BROKEN: list[Broken] = [
         rules.budget_costs_reported_by_every_route,
         "prod",
         lambda rs: _spec(rs, "AIGatewayRoute", "gpt")["llmRequestCosts"].pop(1),
-        "reports no agent_budgets_usd_mills in llmRequestCosts, but budget rule(s) [10, 11]",
+        "reports no agent_budgets_usd_mills in llmRequestCosts, but budget rule(s) [2, 10, 11]",
         "urn:pulumi:prod::agent-budgets::kubernetes:aigateway.envoyproxy.io/v1beta1:AIGatewayRoute::aigatewayroute-gpt",
     ),
     Broken(
@@ -1457,4 +1560,4 @@ def test_the_limit_slots_annotation_groups_a_budget_s_rules_and_its_absence_is_r
         violations = validate(rules.budget_rules_cover_each_actor_once, "prod", resources)
         assert len(violations) == 7, violations  # six actors and the probe actor
         assert any("actor agents/research-1 falls in the rules of 3 budgets (9, 10, 11)" in v for v in violations)
-        assert any("actor agents/support-1 falls in the rules of 2 budgets (0, 1)" in v for v in violations)
+        assert any("actor agents/support-1 falls in the rules of 3 budgets (0, 1, 2)" in v for v in violations)

@@ -57,6 +57,9 @@ def config(**monitoring: object) -> dict:
     stack = copy.deepcopy(stack_config("prod"))
     stack["routes"] = ROUTES
     stack["prices"] = PRICES
+    # The per-model limit of prod's default budget names a model these routes call claude-sonnet.
+    [sonnet] = [limit for limit in stack["budgets"]["default"]["limits"] if limit.get("models")]
+    sonnet["models"] = ["claude-sonnet"]
     stack["monitoring"] = {"prometheusRules": True, **monitoring}
     return stack
 

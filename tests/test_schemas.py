@@ -76,6 +76,42 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
     money["suspended"] = ["agents/actor-7", *[f"lab/suspended-{i:03d}" for i in range(130)]]
     # Output ceilings, route timeouts and calls limits (tests/test_bounded_budgets.py).
     bounded = bounded_config()
+    # Pools (listed members and a whole atespace), per-model limits and every kind of tokens.
+    pools = copy.deepcopy(money)
+    pools["suspended"] = []
+    pools["budgets"] = {
+        "default": {
+            "limits": [
+                {"tokens": 100_000, "per": "Day"},
+                {"usd": 2, "per": "Day", "models": ["claude-sonnet-4"]},
+                {"tokens": 20_000, "per": "Hour", "count": "output"},
+            ]
+        },
+        "classes": [
+            {
+                "name": "research",
+                "limits": [
+                    {"tokens": 50_000, "per": "Hour", "count": "input"},
+                    {
+                        "tokens": 10_000,
+                        "per": "Hour",
+                        "count": "cachedInput",
+                        "models": ["claude-sonnet-4", "gpt-4o-mini"],
+                    },
+                ],
+                "actors": real["actors"][:5],
+            }
+        ],
+        "pools": [
+            {"name": "agents", "atespaces": ["agents"], "limits": [{"usd": 200, "per": "Day"}]},
+            {
+                "name": "pair",
+                "members": ["agents/actor-1", "lab/bot-1"],
+                "limits": [{"calls": 100, "per": "Hour", "models": ["mock-model"]}, {"tokens": 9_000, "per": "Day"}],
+            },
+        ],
+    }
+    pools["budgetPolicy"] = {"limitSlots": 3, "poolSlots": 3}
     return {
         "dev": (dev, {}),
         "real": (real, keys),
@@ -83,6 +119,7 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "local-jwks": (local_jwks, {}),
         "money": (money, keys),
         "bounded": (bounded, keys),
+        "pools": (pools, keys),
     }
 
 
@@ -174,6 +211,32 @@ def test_the_bounded_variant_exercises_ceilings_timeouts_and_calls_rules(catalog
     ) == 2
     [client] = [o for o in objects if o["kind"] == "ClientTrafficPolicy"]
     for obj in (btp, client, *[o for o in objects if o["kind"] == "AIGatewayRoute"]):
+        assert catalog.validate(obj).errors == []
+
+
+def test_the_pools_variant_exercises_pools_model_limits_and_token_kinds(catalog):
+    """Guard against a vacuous pass: the pools variant's objects really hold pool rules (no Distinct match),
+    x-ai-eg-model matches of both types and an llmRequestCosts entry for every kind of tokens."""
+    config, secrets = variants()["pools"]
+    objects = [r.as_object() for r in run_program(config, secrets=secrets).custom_resources()]
+    [btp] = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
+    assert btp["metadata"]["annotations"]["agent-budgets.dev/pool-slots"] == "3"
+    rules = btp["spec"]["rateLimit"]["global"]["rules"]
+    headers = [[h for s in rule["clientSelectors"] for h in s["headers"]] for rule in rules]
+    # limitSlots 3: the pools hold blocks 1 to 3 (rules 3 to 11), the class block 4 (rules 12 and 13).
+    assert len(rules) == 14
+    for index in (3, 6, 7):
+        assert "Distinct" not in {match["type"] for match in headers[index]}, f"pool rule {index}: one shared counter"
+    assert all(rules[index].get("shadowMode") is True for index in (4, 5, 8, 9, 10, 11))
+    model_matches = [h[0] for h in headers if h[0]["name"] == "x-ai-eg-model"]
+    assert {m["type"] for m in model_matches} == {"Exact", "RegularExpression"}
+    routes = [o for o in objects if o["kind"] == "AIGatewayRoute"]
+    assert routes and all(
+        [c["type"] for c in o["spec"]["llmRequestCosts"]]
+        == ["TotalToken", "InputToken", "OutputToken", "CachedInputToken", "CEL"]
+        for o in routes
+    )
+    for obj in (btp, *routes):
         assert catalog.validate(obj).errors == []
 
 

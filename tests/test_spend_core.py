@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from fractions import Fraction
 
@@ -9,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core import spend
-from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, actors_regex, compile_budget_rules
-from core.ratelimit_model import rules_for_actor
+from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, actor_subject, compile_budget_rules
+from core.ratelimit_model import PolicyModel, rules_for_actor
 from core.settings import BudgetsConfig
 
 NOW = 1796064480  # 2026-11-30T18:48:00Z
@@ -96,13 +97,14 @@ def test_every_limit_of_a_budget_is_a_row_in_its_own_unit_and_reserved_slots_are
     assert document["suspended"] is True
 
 
-def test_an_actor_no_rule_charges_is_listed_as_unmetered():
-    only_a = (
-        {"name": "x-actor-id", "type": "Distinct"},
-        {"name": "x-actor-id", "type": "RegularExpression", "value": actors_regex(["agents/a"])},
-    )
-    rule = CompiledRule(0, "default", 0, 0, LimitSpec("tokens", 500, "Day"), (), only_a)
-    plan = spend.plan_counters(["agents/a", "agents/b"], BudgetRules((rule,), 0, 0), "ns", "p", NOW)
+def test_an_actor_whose_budget_has_no_limit_is_listed_as_unmetered():
+    """A compiled configuration always gives every budget a limit; a layout without one (here class 1 holds only
+    a reserved slot) leaves its members uncounted, and the report says so rather than show nothing."""
+    distinct = ({"name": "x-actor-id", "type": "Distinct"},)
+    default = CompiledRule(0, "default", 0, 0, LimitSpec("tokens", 500, "Day"), (), distinct)
+    reserved = CompiledRule(1, "", 1, 0, None, (), distinct)
+    rules = BudgetRules((default, reserved), 0, 0, class_of_actor={"agents/b": 1})
+    plan = spend.plan_counters(["agents/a", "agents/b"], rules, "ns", "p", NOW)
     assert [c.actor for c in plan.counters] == ["agents/a"] and plan.unmetered == ("agents/b",)
     text = spend.render_table(spend.build_report("s", "ns/p", NOW, plan, {}))
     assert text.endswith("not metered by any rule (calls are not counted): agents/b\n")
@@ -203,3 +205,109 @@ def test_a_calls_counter_refuses_the_next_call_once_it_reaches_its_limit():
     tokens = counter()
     assert [spend.SpendRow(tokens, value).refused for value in (499, 500, 501)] == [False, False, True]
     assert spend.format_amount(1_240, "calls") == "1,240" and spend.json_amount(7, "calls") == 7
+
+
+# --- pools and per-model limits ---------------------------------------------------------------------------------
+
+POOLED = {
+    "default": {
+        "limits": [
+            {"usd": 20, "per": "Day"},
+            {"usd": 2, "per": "Day", "models": ["gpt-4.1"]},
+            {"tokens": 9_000, "per": "Hour", "count": "output"},
+        ]
+    },
+    "classes": [{"name": "solo", "usd": 5, "per": "Day", "actors": ["lab/solo"]}],
+    "pools": [
+        {"name": "research", "atespaces": ["research"], "limits": [{"usd": 200, "per": "Day"}]},
+        {
+            "name": "pair",
+            "members": ["agents/a", "lab/solo"],
+            "limits": [{"tokens": 50_000, "per": "Hour", "count": "output"}],
+        },
+        {"name": "retired", "limits": [{"tokens": 1, "per": "Day"}]},
+    ],
+}
+POOLED_ACTORS = ["research/r1", "research/r2", "agents/a", "lab/solo"]
+
+
+def pooled_rules() -> BudgetRules:
+    return compile_budget_rules(BudgetsConfig.model_validate(POOLED), 2, 3, 3)
+
+
+def test_the_plan_gives_every_counter_the_key_the_model_finds_for_its_requests():
+    """The oracle: the rate-limit model evaluates every match of every rule for a request of each actor naming
+    each model a limit names (as Envoy would); the plan takes the rules from the budget layout. Each actor's own
+    counters and each pool's one counter must have the same keys both ways."""
+    rules = pooled_rules()
+    plan = spend.plan_counters(POOLED_ACTORS, rules, "ns", "p", NOW)
+    model = PolicyModel("ns", "p", rules.specs())
+    found: dict[int, set[str]] = {}
+    for actor in POOLED_ACTORS:
+        for probe in ({}, {"x-ai-eg-model": "gpt-4.1"}, {"x-ai-eg-model": "gpt-4.1-mini"}):
+            for applied in model.applied({"x-actor-id": actor_subject(actor), **probe}):
+                found.setdefault(applied.index, set()).add(applied.counter_key(NOW))
+    planned: dict[int, set[str]] = {}
+    for counter in plan.counters:
+        planned.setdefault(counter.rule, set()).add(counter.key)
+    assert planned == found
+    pools = [(c.budget, c.members, c.atespaces) for c in plan.counters if c.pool is not None]
+    assert pools == [
+        ("pool:research", ("research/r1", "research/r2"), ("research",)),
+        ("pool:pair", ("agents/a", "lab/solo"), ()),
+    ], "one row per pool limit, the retired pool left out"
+    assert len(found[rules.rules_of_pool(0)[0].index]) == 1, "two research agents, one counter"
+
+
+def test_a_pool_row_shows_the_shared_counter_once_and_only_the_shares_that_can_be_read():
+    rules = pooled_rules()
+    plan = spend.plan_counters(POOLED_ACTORS, rules, "ns", "p", NOW)
+    by = {(c.actor or c.budget, c.limit_index): c for c in plan.counters}
+    values = {
+        by["pool:research", 0].key: 30_000,
+        by["research/r1", 0].key: 18_000,
+        by["research/r2", 0].key: 12_000,
+        by["pool:pair", 0].key: 12_000,
+        by["agents/a", 2].key: 7_000,
+    }
+    report = spend.build_report("s", "ns/p", NOW, plan, values)
+    rows = {(r.counter.actor or r.counter.budget, r.counter.limit_index): r for r in report.rows}
+    research, pair = rows["pool:research", 0], rows["pool:pair", 0]
+    assert (research.spent, research.shares) == (Decimal(30), (("research/r1", 18_000), ("research/r2", 12_000)))
+    # agents/a's own output-tokens limit is per Hour like the pool's: readable. lab/solo's class counts usd only.
+    assert (pair.spent, pair.shares) == (12_000, (("agents/a", 7_000),))
+    table = spend.render_table(report)
+    cells = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in table.splitlines()}
+    assert cells["(research/*, 2 listed)"][:6] == [
+        "(research/*, 2 listed)",
+        "pool:research",
+        "$200.00/Day",
+        "$30.00",
+        "$170.00",
+        "15.0%",
+    ]
+    assert cells["(2 members)"][:4] == ["(2 members)", "pool:pair", "50,000/Hour (output)", "12,000"]
+    assert "pool:research $200.00/Day: shares research/r1 $18.00, research/r2 $12.00" in table
+    assert "pool:pair 50,000/Hour (output): shares agents/a 7,000; 1 member(s) with no own limit of the same" in table
+    assert re.search(r"^agents/a +default +\$2\.00/Day \(gpt-4\.1\) ", table, re.MULTILINE)
+    document = spend.row_document(research, NOW)
+    assert (document["actor"], document["pool"], document["members"]) == (
+        None,
+        "research",
+        ["research/r1", "research/r2"],
+    )
+    assert document["shares"] == {"research/r1": 18.0, "research/r2": 12.0}
+    own = spend.row_document(rows["agents/a", 2], NOW)
+    assert (own["count"], own["models"], own["pool"], own["shares"]) == ("output", [], None, None)
+    assert spend.row_document(rows["agents/a", 1], NOW)["models"] == ["gpt-4.1"]
+    assert [r.counter.budget for r in spend.rows_of_actor(report.rows, "actor/agents/a")] == [
+        "default",  # 7,000 of 9,000 output tokens
+        "pool:pair",  # 12,000 of 50,000
+        "default",
+        "default",
+    ], "an actor's rows and the rows of the pools it is in"
+    metrics = spend.render_prometheus(report)
+    assert (
+        'agent_budgets_spent_usd{stack="s",actor="",budget="pool:research",rule="3",limit="0",per="Day"} 30.0'
+        in metrics
+    )

@@ -175,6 +175,43 @@ def _many_actors(actors, classes):
             id="tokens-usd-and-calls-limits",
         ),
         pytest.param(
+            compile_budget_rules(
+                BudgetsConfig.model_validate(
+                    {
+                        "default": {
+                            "limits": [
+                                {"tokens": 500, "per": "Day"},
+                                {"usd": 2, "per": "Day", "models": ["gpt-4.1"]},
+                                {"tokens": 900, "per": "Hour", "count": "output"},
+                            ]
+                        },
+                        "classes": [{"name": "c", "tokens": 9, "per": "Hour", "actors": ["agents/actor-b"]}],
+                        "pools": [
+                            {
+                                "name": "research",
+                                "atespaces": ["research"],
+                                "members": ["agents/actor-b"],
+                                "limits": [
+                                    {"usd": 200, "per": "Day"},
+                                    {
+                                        "tokens": 5000,
+                                        "per": "Hour",
+                                        "count": "cachedInput",
+                                        "models": ["o3", "gpt-4.1"],
+                                    },
+                                    {"calls": 100, "per": "Minute"},
+                                ],
+                            }
+                        ],
+                    }
+                ),
+                8,
+                limit_slots=3,
+                pool_slots=2,
+            ).specs(),
+            id="pools-per-model-limits-and-token-kinds",
+        ),
+        pytest.param(
             [_rule([{"name": "x-actor-id", "type": "Distinct"}, {"name": "x-actor-id", "type": "Exact", "value": ""}])],
             id="exact-empty-value",
         ),

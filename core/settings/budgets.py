@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -84,11 +84,15 @@ WINDOWS_TEXT = "`Second`, `Minute`, `Hour`, `Day`, `Week`, `Month` or `Year`; fi
 
 LIMIT_UNITS = ("tokens", "usd", "calls")
 """What a limit counts: tokens, dollars (in mills), or calls."""
+TokenKind = Literal["total", "input", "output", "cachedInput"]
+TOKEN_KINDS: tuple[TokenKind, ...] = ("total", "input", "output", "cachedInput")
+"""What a tokens limit counts (`count`): each is one of Agent Router's `llmRequestCosts` types."""
 _COUNT_WORDS = {2: "two", 3: "three"}
 
 
-def _limit_problem(amounts: dict[str, Any], per: str | None) -> str | None:
-    """Why a limit written with these `{unit: amount}` (None when absent) and `per` is not one limit, or None."""
+def _limit_problem(amounts: dict[str, Any], per: str | None, count: str | None = None) -> str | None:
+    """Why a limit written with these `{unit: amount}` (None when absent), `per` and `count` is not one limit,
+    or None."""
     given = {unit: amount for unit, amount in amounts.items() if amount is not None}
     if len(given) > 1:
         window = per or "Day"
@@ -106,7 +110,34 @@ def _limit_problem(amounts: dict[str, Any], per: str | None) -> str | None:
         )
     if per is None:
         return f"has {next(iter(given))} but no per: add the window, e.g. per: Day"
+    unit = next(iter(given))
+    if count is not None and unit != "tokens":
+        return (
+            f"has count {count!r} on a {unit} limit: count says which tokens a tokens limit counts. Drop it, or "
+            f"write a tokens limit, e.g. {{tokens: 100000, per: {per}, count: {count}}}"
+        )
     return None
+
+
+def _models(value: Any) -> Any:
+    """A limit's `models`: a non-empty list of distinct, non-empty names (cross-checked against `routes`)."""
+    if not isinstance(value, list):
+        return value
+    if not value:
+        raise ValueError(
+            "is empty: list the model names this limit counts (as agents send them, e.g. models: [gpt-4.1]), "
+            "or leave models out to count every model"
+        )
+    seen: set[str] = set()
+    for model in value:
+        if not isinstance(model, str):
+            continue  # not a name: the list's own type check says so
+        if not model or model != model.strip():
+            raise ValueError(f"model name {model!r} must be a non-empty string without surrounding spaces")
+        if model in seen:
+            raise ValueError(f"lists {model!r} twice: name each model once")
+        seen.add(model)
+    return value
 
 
 class _LimitFields(ConfigModel):
@@ -137,6 +168,26 @@ class _LimitFields(ConfigModel):
         ),
     )
     per: str | None = Field(default=None, description=f"The window: {WINDOWS_TEXT}.")
+    count: TokenKind | None = Field(
+        default=None,
+        description=(
+            "Which tokens a tokens limit counts: `total` (the default: input and output), `input` (every input "
+            "token, cache reads and writes included), `output` (reasoning included) or `cachedInput` (cache reads), "
+            "each as Agent Router reports it. Only on a tokens limit."
+        ),
+    )
+    models: list[str] | None = Field(
+        default=None,
+        description=(
+            "Count only calls to these models, named as agents send them (each one of `routes[].models`, not a "
+            "`modelNameOverride`); unset: every model."
+        ),
+    )
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _listed_models(cls, value: Any) -> Any:
+        return _models(value)
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -152,6 +203,10 @@ class _LimitFields(ConfigModel):
         """Each unit's amount as written (None when absent), in LIMIT_UNITS order."""
         return {"tokens": self.tokens, "usd": self.usd, "calls": self.calls}
 
+    def qualifiers(self) -> dict[str, Any]:
+        """What narrows the limit as written (`count`, `models`; None when absent)."""
+        return {"count": self.count, "models": self.models}
+
     @field_validator("per")
     @classmethod
     def _known_unit(cls, value: str | None) -> str | None:
@@ -165,7 +220,7 @@ class Limit(_LimitFields):
 
     @model_validator(mode="after")
     def _one_unit(self) -> Limit:
-        problem = _limit_problem(self.amounts(), self.per)
+        problem = _limit_problem(self.amounts(), self.per, self.count)
         if problem:
             raise ValueError(problem)
         return self
@@ -199,7 +254,8 @@ class Budget(_LimitFields):
 
     @model_validator(mode="after")
     def _one_form(self) -> Budget:
-        inline = [key for key, value in {**self.amounts(), "per": self.per}.items() if value is not None]
+        written = {**self.amounts(), "per": self.per, **self.qualifiers()}
+        inline = [key for key, value in written.items() if value is not None]
         if self.limits is not None:
             if inline:
                 raise ValueError(
@@ -207,7 +263,7 @@ class Budget(_LimitFields):
                     "the budget) or limits, not both. Move the inline limit into limits"
                 )
             return self
-        problem = _limit_problem(self.amounts(), self.per)
+        problem = _limit_problem(self.amounts(), self.per, self.count)
         if problem:
             raise ValueError(problem)
         return self
@@ -216,7 +272,7 @@ class Budget(_LimitFields):
         """Every limit of the budget, in order (the short form is one limit)."""
         if self.limits is not None:
             return list(self.limits)
-        given = {unit: amount for unit, amount in self.amounts().items() if amount is not None}
+        given = {key: value for key, value in {**self.amounts(), **self.qualifiers()}.items() if value is not None}
         return [Limit(**given, per=self.per)]
 
 
@@ -236,16 +292,66 @@ class BudgetClass(Budget):
         return check_dns_label(value, "class name")
 
 
+class Pool(Budget):
+    """Actors sharing one bucket per limit, in addition to each one's own budget: a call needs room in both."""
+
+    name: str = Field(description="DNS label, unique among pools. Pools are append-only.")
+    members: list[ActorId] = Field(
+        default_factory=list,
+        description="Actors in the pool, each in `actors` (of any identity source); an actor may be in several pools.",
+    )
+    atespaces: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Substrate atespaces whose every actor is in the pool, including actors created later (no configuration "
+            "change). With no members and no atespaces the pool is retired in place."
+        ),
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_label(cls, value: str) -> str:
+        return check_dns_label(value, "pool name")
+
+    @field_validator("atespaces")
+    @classmethod
+    def _atespaces_are_labels(cls, value: list[str]) -> list[str]:
+        for atespace in value:
+            check_dns_label(atespace, "atespace")
+        repeated = sorted({atespace for atespace in value if value.count(atespace) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(map(repr, repeated))} twice: name each atespace once")
+        return value
+
+
 class BudgetsConfig(ConfigModel):
-    """`agent-budgets:budgets`: the default budget and the ordered, append-only classes."""
+    """`agent-budgets:budgets`: the default budget, the ordered, append-only classes and pools."""
 
     default: Budget = Field(description="The budget of every actor not in a class.")
     classes: list[BudgetClass] = Field(
         default_factory=list,
         description="Other budgets in order; each limit of a class is one rate-limit rule. Append only, never reorder.",
     )
+    pools: list[Pool] = Field(
+        default_factory=list,
+        description=(
+            "Shared buckets in order, each charged by all its members together on top of their own budgets; each "
+            "limit of a pool is one rate-limit rule, within `budgetPolicy.poolSlots`. Append only, never reorder."
+        ),
+    )
+
+    def all_limits(self) -> list[Limit]:
+        """Every limit of every budget and pool."""
+        return [limit for budget in (self.default, *self.classes, *self.pools) for limit in budget.limit_list()]
 
     @property
     def uses_usd(self) -> bool:
         """Whether any limit is in dollars (so every route model needs a price)."""
-        return any(limit.usd is not None for budget in (self.default, *self.classes) for limit in budget.limit_list())
+        return any(limit.usd is not None for limit in self.all_limits())
+
+    @property
+    def token_kinds(self) -> tuple[TokenKind, ...]:
+        """The kinds of tokens some tokens limit counts (`total` included only when one counts it), in
+        TOKEN_KINDS order: each needs its own `llmRequestCosts` entry on every route."""
+        used = {limit.count or "total" for limit in self.all_limits() if limit.tokens is not None}
+        return tuple(kind for kind in TOKEN_KINDS if kind in used)

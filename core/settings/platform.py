@@ -104,6 +104,10 @@ class GatewaySettings(ConfigModel):
         return value
 
 
+MAX_POOL_SLOTS = 254
+"""Envoy Gateway's 256 rules per policy, less the default budget's block and at least one rule after the pools."""
+
+
 class BudgetPolicySettings(ConfigModel):
     """Layout of the budget policy. Changing it moves counter keys: every default bucket restarts."""
 
@@ -129,6 +133,16 @@ class BudgetPolicySettings(ConfigModel):
             "Rule slots each budget reserves for its limits: at least the most `limits` any budget has. With 1, the "
             "layout of single-limit versions; changing it restarts every class's counters once (the default "
             "budget's limits keep theirs), so leave room for the windows you will add."
+        ),
+    )
+    pool_slots: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_POOL_SLOTS,
+        description=(
+            "Pools the budget policy has room for: each reserves `limitSlots` rules between the default budget and "
+            "the first class. At least the number of `budgets.pools`; changing it restarts every class's counters "
+            "once (the default budget's and the pools' keep theirs), so leave room for the pools you will add."
         ),
     )
 

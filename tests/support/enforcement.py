@@ -5,7 +5,9 @@ scripts/simulate_enforcement.py use it; it exists to check core/worst_case.py ag
 What it follows, file by file:
 
 * Which rules apply to a request and which counter each one charges: the program's own model of Envoy
-  Gateway v1.9.0's translation, `core.ratelimit_model.PolicyModel`, over the policy the program emits.
+  Gateway v1.9.0's translation, `core.ratelimit_model.PolicyModel`, over the policy the program emits, for the
+  request's `x-actor-id` and the `x-ai-eg-model` Agent Router sets from its body. A pool's rule has no Distinct
+  match, so every member's calls charge its one counter.
 * envoyproxy/ratelimit (f2fb157): per-descriptor `hits_addend`, 0 allowed (`src/utils/utilities.go`
   `GetHitsAddends`); every descriptor of a request is incremented first and compared after
   (`src/redis/fixed_cache_impl.go` `DoLimit`, with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and the local
@@ -22,7 +24,9 @@ What it follows, file by file:
   `internal/extproc/processor_impl.go`) and, from v1.2 on, also on every streamed chunk that carries usage
   (theagentrouter/agent-router `processor_impl.go` @05440134; the v1.2.0 notes: usage is recorded when a client
   disconnects after the final frame). Anthropic streams carry the input usage in their first event
-  (`message_start`), OpenAI streams only in their last chunk. A non-2xx upstream answer writes no costs.
+  (`message_start`), OpenAI streams only in their last chunk. A non-2xx upstream answer writes no costs. Each
+  `llmRequestCosts` entry is written under its own key: total, input, output and cached input tokens
+  (`evalCost` reads one usage field per type) and the CEL price.
 * A call ends at most one route timeout after the router starts it; the rate-limit service answers each of
   the two descriptor calls within `rateLimit.timeout`.
 """
@@ -36,7 +40,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.budget_rules import COST_METADATA_KEY, BudgetRules, actor_subject
+from core.budget_rules import (
+    ACTOR_HEADER,
+    COST_METADATA_KEY,
+    MODEL_HEADER,
+    TOKEN_METADATA_KEYS,
+    BudgetRules,
+    CompiledRule,
+    LimitSpec,
+    actor_subject,
+)
 from core.manifests import BUDGET_POLICY_NAME
 from core.money import USD_METADATA_KEY, ModelPrice, Usage, call_cost_mills
 from core.ratelimit_model import UNIT_SECONDS, PolicyModel
@@ -74,16 +87,17 @@ class Gateway:
         self.counters: dict[tuple[int, int], int] = {}
         self._ids: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self.counter_rule: dict[int, int] = {}
-        self._descriptors: dict[str, tuple[_Descriptor, ...]] = {}
+        self._descriptors: dict[tuple[str, str | None], tuple[_Descriptor, ...]] = {}
 
-    def descriptors(self, actor: str) -> tuple[_Descriptor, ...]:
-        """The descriptors Envoy builds for the actor's requests (Envoy Gateway's default cost: 1 on the
-        request, nothing on the response)."""
-        known = self._descriptors.get(actor)
+    def descriptors(self, actor: str, model: str | None = None) -> tuple[_Descriptor, ...]:
+        """The descriptors Envoy builds for the actor's requests naming `model` (Envoy Gateway's default cost: 1
+        on the request, nothing on the response)."""
+        known = self._descriptors.get((actor, model))
         if known is not None:
             return known
+        headers = {ACTOR_HEADER: actor_subject(actor), **({MODEL_HEADER: model} if model else {})}
         result = []
-        for applied in self.model.for_actor(actor_subject(actor)):
+        for applied in self.model.applied(headers):
             rule = self.rules[applied.index]
             cost = rule.get("cost") or {}
             request = cost.get("request") or {"from": "Number", "number": 1}
@@ -101,15 +115,15 @@ class Gateway:
                     shadow=rule.get("shadowMode") is True,
                 )
             )
-        self._descriptors[actor] = tuple(result)
-        return self._descriptors[actor]
+        self._descriptors[(actor, model)] = tuple(result)
+        return self._descriptors[(actor, model)]
 
-    def admit(self, actor: str, now: float) -> bool:
+    def admit(self, actor: str, now: float, model: str | None = None) -> bool:
         """The check before a call: increment every descriptor by its request hits, then refuse when any is
         over its limit (not in shadow mode)."""
         over = False
         second = int(now)
-        for d in self.descriptors(actor):
+        for d in self.descriptors(actor, model):
             key = (d.counter, second // d.divider * d.divider)
             value = self.counters.get(key, 0) + d.request_hits
             self.counters[key] = value
@@ -117,12 +131,13 @@ class Gateway:
                 over = True
         return not over
 
-    def charge(self, actor: str, now: float, metadata: Mapping[str, int] | None) -> None:
-        """The stream-done descriptors: each charges the metadata value its cost reads, or is dropped."""
+    def charge(self, actor: str, now: float, metadata: Mapping[str, int] | None, model: str | None = None) -> None:
+        """The stream-done descriptors (recomputed from the same request headers, Envoy `ratelimit.cc`
+        `onDestroy`): each charges the metadata value its cost reads, or is dropped."""
         if not metadata:
             return
         second = int(now)
-        for d in self.descriptors(actor):
+        for d in self.descriptors(actor, model):
             if d.response_key is None or d.response_key not in metadata:
                 continue
             key = (d.counter, second // d.divider * d.divider)
@@ -153,6 +168,8 @@ class Call:
     outcome: Outcome = "complete"
     check_latency: float = 0.0
     """How long the rate-limit service takes to handle the check; the charge is handled `duration` later."""
+    model: str | None = None
+    """The model name the agent sent (`x-ai-eg-model`); None: any call a per-model limit does not count."""
 
 
 def reported_costs(call: Call, price: ModelPrice | None, version: AgentRouterVersion) -> dict[str, int] | None:
@@ -165,7 +182,12 @@ def reported_costs(call: Call, price: ModelPrice | None, version: AgentRouterVer
         usage = Usage(input_tokens=call.usage.input_tokens)  # message_start: input usage only
     else:
         usage = call.usage
-    costs = {COST_METADATA_KEY: usage.input_tokens + usage.output_tokens}
+    costs = {
+        COST_METADATA_KEY: usage.input_tokens + usage.output_tokens,
+        TOKEN_METADATA_KEYS["input"]: usage.input_tokens,
+        TOKEN_METADATA_KEYS["output"]: usage.output_tokens,
+        TOKEN_METADATA_KEYS["cachedInput"]: usage.cached_input_tokens,
+    }
     if price is not None:
         costs[USD_METADATA_KEY] = call_cost_mills(price, usage)
     return costs
@@ -195,13 +217,13 @@ def run_calls(
     admitted = refused = 0
     for at, kind, order, call in timeline:
         if kind == 1:
-            if gateway.admit(call.actor, at):
+            if gateway.admit(call.actor, at, call.model):
                 admitted += 1
                 running.add(order)
             else:
                 refused += 1
         elif order in running:
-            gateway.charge(call.actor, at, reported_costs(call, price, version))
+            gateway.charge(call.actor, at, reported_costs(call, price, version), call.model)
     return RunResult(gateway.charged_by_rule(), admitted, refused)
 
 
@@ -221,6 +243,7 @@ class Scenario:
     ceiling: int
     timeout: float
     check_latency: float
+    models: tuple[str, ...]
 
     @classmethod
     def of(cls, name: str, config: Mapping[str, Any]) -> Scenario:
@@ -229,6 +252,7 @@ class Scenario:
         [route] = settings.routes  # the scenarios below have one route
         assert route.context_window is not None and route.max_output_tokens is not None
         prices = {model: settings.prices[model].to_price() for model in route.models if model in settings.prices}
+        assert len(set(prices.values())) <= 1, "one price for the route's models: every call is priced alike"
         return cls(
             name=name,
             settings=settings,
@@ -239,6 +263,7 @@ class Scenario:
             ceiling=route.max_output_tokens,
             timeout=route.timeout_seconds,
             check_latency=duration_seconds(settings.rate_limit.timeout),
+            models=tuple(route.models),
         )
 
     def gateway(self) -> Gateway:
@@ -249,18 +274,36 @@ class Scenario:
         return [a for a in self.settings.actors if self.rules.class_of_actor.get(a, 0) == budget_index]
 
     def limit(self, budget_index: int, unit: str) -> tuple[int, str]:
-        """(requests, per) of the budget's first limit of `unit`."""
-        rule = next(r for r in self.rules.rules_of_budget(budget_index) if r.unit == unit)
+        """(requests, per) of the budget's first limit of `unit` over every model."""
+        rule = next(r for r in self.rules.rules_of_budget(budget_index) if r.unit == unit and not r.limit.models)
         assert rule.limit is not None
         return rule.limit.requests, rule.limit.per
 
+    def chargers(self, rule: CompiledRule) -> list[str]:
+        """Who charges a limit's counter: one actor of a budget (each has its own), or every listed pool member."""
+        if rule.pool_index is not None:
+            return sorted(self.rules.pools[rule.pool_index].actors)
+        assert rule.budget_index is not None
+        return self.members(rule.budget_index)[:1]
 
-# The scenario of tests/test_enforcement.py and the table in docs/budgets.md: one OpenAI-schema route with a
-# 4,000-token window, a 1,000-token ceiling and a 50 s timeout; a default budget and a class with a usd limit.
+    def calls_limit(self, actor: str, limit: LimitSpec) -> LimitSpec:
+        """The actor's own calls limit that counts every call `limit` counts."""
+        return next(r.limit for r in self.rules.rules_for_actor(actor) if r.unit == "calls" and r.limit.covers(limit))
+
+
+# The scenario of tests/test_enforcement.py and the table in docs/budgets.md: one OpenAI-schema route of two models
+# with a 4,000-token window, a 1,000-token ceiling and a 50 s timeout; a default budget with a per-model limit, a
+# class with a usd limit, and a pool of two default-budget agents bounded by their own calls limits.
 BOUNDED_STACK: dict[str, Any] = {
     "actors": [f"agents/agent-{i}" for i in range(4)] + ["agents/pair-0", "agents/pair-1"],
     "budgets": {
-        "default": {"limits": [{"tokens": 20_000, "per": "Hour"}, {"calls": 5, "per": "Minute"}]},
+        "default": {
+            "limits": [
+                {"tokens": 20_000, "per": "Hour"},
+                {"calls": 5, "per": "Minute"},
+                {"tokens": 8_000, "per": "Hour", "models": ["gpt-y"]},
+            ]
+        },
         "classes": [
             {
                 "name": "pair",
@@ -272,20 +315,30 @@ BOUNDED_STACK: dict[str, Any] = {
                 "actors": ["agents/pair-0", "agents/pair-1"],
             }
         ],
+        "pools": [
+            {
+                "name": "team",
+                "members": ["agents/agent-0", "agents/agent-1"],
+                "limits": [{"tokens": 30_000, "per": "Hour"}],
+            }
+        ],
     },
-    "budgetPolicy": {"limitSlots": 3},
+    "budgetPolicy": {"limitSlots": 3, "poolSlots": 1},
     "providers": [{"name": "openai", "kind": "openai"}],
     "routes": [
         {
             "name": "gpt",
-            "models": ["gpt-x"],
+            "models": ["gpt-x", "gpt-y"],
             "provider": "openai",
             "maxOutputTokens": 1_000,
             "contextWindow": 4_000,
             "requestTimeout": "50s",
         }
     ],
-    "prices": {"gpt-x": {"input": 2, "cachedInput": 0.5, "output": 40}},
+    "prices": {
+        "gpt-x": {"input": 2, "cachedInput": 0.5, "output": 40},
+        "gpt-y": {"input": 2, "cachedInput": 0.5, "output": 40},
+    },
     "substrate": {"egress": {"enabled": False}},
 }
 
@@ -310,7 +363,8 @@ def _priciest_usage(scenario: Scenario, rng: random.Random, low: float) -> Usage
 
 
 def _random_agent(scenario: Scenario, rng: random.Random, actor: str, start: float, length: float) -> list[Call]:
-    """Calls at random moments, of random size and length; some cancelled, some failing upstream, some in bursts."""
+    """Calls at random moments, of random size, length and model; some cancelled, some failing upstream, some in
+    bursts."""
     calls: list[Call] = []
     rate = rng.uniform(0.01, 0.1)  # calls a second while active
     cancel, error = rng.uniform(0, 0.3), rng.uniform(0, 0.1)
@@ -332,22 +386,26 @@ def _random_agent(scenario: Scenario, rng: random.Random, actor: str, start: flo
                     schema,
                     outcome,
                     rng.uniform(0, scenario.check_latency),
+                    rng.choice(scenario.models),
                 )
             )
         at += rng.expovariate(rate)
     return calls
 
 
-def _adversary(
-    scenario: Scenario, rng: random.Random, actor: str, budget: int, unit: str, window_start: int
-) -> list[Call]:
+def _adversary(scenario: Scenario, rng: random.Random, rule: CompiledRule, window_start: int) -> list[Call]:
     """The schedule that reaches the bound: fill one limit to exactly its amount with finished calls, then, just
-    before and just after a boundary of the calls window, start as many of the dearest calls as the calls limit
-    admits, all ending inside the same window of the limit."""
-    amount, per = scenario.limit(budget, unit)
-    calls_amount, calls_per = scenario.limit(budget, "calls")
+    before and just after a boundary of the calls window, start as many of the dearest calls as the calls limits
+    admit (every member of a pool at once), all ending inside the same window of the limit."""
+    limit = rule.limit
+    assert limit is not None
+    amount, per, unit = limit.requests, limit.per, limit.unit
+    actors = scenario.chargers(rule)
+    model = limit.models[0] if limit.models else rng.choice(scenario.models)
+    paces = [scenario.calls_limit(actor, limit) for actor in actors]
+    calls_amount, calls_window = int(paces[0].amount), UNIT_SECONDS[paces[0].per]
+    assert all((int(p.amount), UNIT_SECONDS[p.per]) == (calls_amount, calls_window) for p in paces)
     window_end = window_start + UNIT_SECONDS[per]
-    calls_window = UNIT_SECONDS[calls_per]
     latency = scenario.check_latency
     spacing = max(3 + 2 * latency, calls_window / calls_amount + 0.5)  # within the calls limit
     at = window_start + rng.uniform(1, 30)
@@ -367,7 +425,7 @@ def _adversary(
             size = min(left, scenario.window)
             usage = Usage(input_tokens=size)  # input only: the cheapest way to fill a tokens limit
             cost = size
-        fill.append(Call(actor, at, 2.0, usage, "OpenAI", "complete", 0.0))
+        fill.append(Call(actors[len(fill) % len(actors)], at, 2.0, usage, "OpenAI", "complete", 0.0, model))
         filled += cost
         at += spacing
     # A boundary of the calls window one whole calls window after the fill (so none of its calls count there),
@@ -377,11 +435,12 @@ def _adversary(
     assert first <= last, "the scenario's limit window is too short for the adversary"
     boundary = rng.randrange(first, last + 1, calls_window)
     burst: list[Call] = []
-    for side in (-1, 1):
-        for _ in range(calls_amount):
-            start = boundary + side * rng.uniform(0.01, 0.5) - (latency if side < 0 else 0)
-            usage = _priciest_usage(scenario, rng, 0.95)
-            burst.append(Call(actor, start, scenario.timeout - 1, usage, "OpenAI", "complete", latency))
+    for actor in actors:
+        for side in (-1, 1):
+            for _ in range(calls_amount):
+                start = boundary + side * rng.uniform(0.01, 0.5) - (latency if side < 0 else 0)
+                usage = _priciest_usage(scenario, rng, 0.95)
+                burst.append(Call(actor, start, scenario.timeout - 1, usage, "OpenAI", "complete", latency, model))
     return fill + burst
 
 
@@ -396,6 +455,7 @@ class Observation:
     amount: int
     bound: int
     worst_seen: int
+    models: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -405,24 +465,24 @@ class Observation:
 @functools.cache
 def simulate(seed: int, runs: int) -> tuple[Observation, ...]:
     """`runs` randomized runs of the bounded scenario (Agent Router v1.1 and v1.2 semantics alternating): the
-    fullest counter of every tokens and usd limit next to its bound. Deterministic for a seed."""
+    fullest counter of every tokens and usd limit, pools' and per-model ones included, next to its bound.
+    Deterministic for a seed."""
     scenario = bounded_scenario()
     rng = random.Random(seed)
     most: dict[int, int] = {}
-    targets = [(0, "tokens"), (1, "tokens"), (1, "usd")]
+    targets = [scenario.rules.rules[case.rule] for case in scenario.worst if case.rule is not None]
     hour = 3600
     base = 1_796_061_600  # 2026-11-30T18:00:00Z, on an hour boundary
     for run in range(runs):
         window_start = base + hour * rng.randint(0, 1000)
         calls: list[Call] = []
-        adversaries = {}
+        adversaries: set[str] = set()
         if rng.random() < 0.5:
-            budget, unit = rng.choice(targets)
-            adversaries[rng.choice(scenario.members(budget))] = (budget, unit)
+            target = rng.choice(targets)
+            calls += _adversary(scenario, rng, target, window_start)
+            adversaries.update(scenario.chargers(target))
         for actor in scenario.settings.actors:
-            if actor in adversaries:
-                calls += _adversary(scenario, rng, actor, *adversaries[actor], window_start)
-            elif rng.random() < 0.6:
+            if actor not in adversaries and rng.random() < 0.6:
                 length = rng.uniform(60, 900)
                 calls += _random_agent(scenario, rng, actor, window_start + rng.uniform(-120, hour - 60), length)
         result = run_calls(scenario.gateway(), calls, scenario.price, "v1.2" if run % 2 else "v1.1")
@@ -440,6 +500,7 @@ def simulate(seed: int, runs: int) -> tuple[Observation, ...]:
                 case.limit.requests,
                 case.worst,
                 most.get(case.rule, 0),
+                case.limit.models,
             )
         )
     return tuple(observations)
@@ -460,8 +521,9 @@ def table(observations: Sequence[Observation], runs: int = RUNS, seed: int = SEE
         "| --- | --- | ---: | ---: | ---: |",
     ]
     for o in observations:
+        models = f" on {', '.join(o.models)}" if o.models else ""
         lines.append(
-            f"| {o.budget} | {amount(o.amount, o.unit)} per {o.per} | {amount(o.bound, o.unit)} | "
+            f"| {o.budget} | {amount(o.amount, o.unit)} per {o.per}{models} | {amount(o.bound, o.unit)} | "
             f"{amount(o.worst_seen, o.unit)} | {o.ratio:.1%} |"
         )
     lines.append("")

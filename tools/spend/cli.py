@@ -34,8 +34,9 @@ PASSWORD_ENV = "AGENT_BUDGETS_REDIS_PASSWORD"
 SENTINEL_PASSWORD_ENV = "AGENT_BUDGETS_REDIS_SENTINEL_PASSWORD"
 
 DESCRIPTION = """\
-Who spent what, who is near the limit, and when each window resets: one line per actor and limit,
-read from the rate-limit counters the gateway keeps in Redis, most used first.
+Who spent what, who is near the limit, and when each window resets: one line per actor and limit, and
+one per pool limit (the counter its members share), read from the rate-limit counters the gateway keeps
+in Redis, most used first.
 
 The stack's budgets come from Pulumi.<stack>.yaml (no Pulumi CLI needed) and are checked with the
 program's own validation. The in-cluster Redis is reached through a kubectl port-forward (stopped when
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actor",
         metavar="ACTOR",
-        help="only this actor: <atespace>/<name> as in agent-budgets:actors (or its subject actor/<atespace>/<name>)",
+        help="only this actor and the pools it is in: <atespace>/<name> as in agent-budgets:actors (or its subject "
+        "actor/<atespace>/<name>)",
     )
     parser.add_argument(
         "--over",
@@ -307,7 +309,13 @@ def run(
             # The window is decided after connecting (a port-forward can take seconds) and just before reading.
             now = int(clock())
             plan = spend.plan_counters(
-                actors, validated.rules, policy_namespace, BUDGET_POLICY_NAME, now, suspended=set(settings.suspended)
+                actors,
+                validated.rules,
+                policy_namespace,
+                BUDGET_POLICY_NAME,
+                now,
+                suspended=set(settings.suspended),
+                listed=settings.actors,
             )
             values = store.read(plan.keys)
     except (KubeError, CounterReadError, TerminatedError) as error:
@@ -324,7 +332,7 @@ def run(
         over = spend.rows_at_or_above(report.rows, args.fail_over)
         if over:
             names = ", ".join(
-                f"{row.counter.actor} ({row.counter.budget}, {spend.format_percent(row)})" for row in over
+                f"{row.counter.actor or 'pool'} ({row.counter.budget}, {spend.format_percent(row)})" for row in over
             )
             print(f"spend: {len(over)} row(s) at or above {args.fail_over:g}%: {names}", file=stderr)
             return EXIT_OVER

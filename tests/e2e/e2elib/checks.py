@@ -33,6 +33,7 @@ TITLES: dict[int, str] = {
     12: "A class with two windows is refused by the smaller one; every call charges both",
     13: "A suspended actor gets 403 saying so, with its counters untouched; lifted, it is admitted again",
     14: "`make spend --json` shows actor-a's spent tokens (calls x the mock's tokens) and actor-b's unchanged",
+    15: "A pool refuses actor-a once actor-b spent it; a per-model limit refuses only calls to its model",
 }
 
 FAIL_CLOSED_STATUS = 500
@@ -484,3 +485,59 @@ def judge_spend_report(
         v.expect_equal(
             f"{short_name(subject)}'s spent in the report vs in Redis", rows[0].get("spent"), counters.get(subject)
         )
+
+
+# --- 15 ------------------------------------------------------------------------------------------
+
+
+def pool_check_limits(per_call: int) -> tuple[int, int]:
+    """(the per-model limit, the pool's limit) of check 15: the model limit admits two calls; the pool holds
+    actor-b's three calls (two to the model, one to another) and refuses the call after actor-a's first."""
+    return per_call, 3 * per_call + per_call // 2
+
+
+def judge_pool(
+    v: Verdict,
+    config_line: str,
+    pooled: tuple[str, str],
+    model_calls: Sequence[Call],
+    other_call: Call,
+    pool_calls: Sequence[Call],
+    per_call: int,
+    default_limit: int,
+    rules: Mapping[str, int],
+    counters: Mapping[str, int],
+) -> None:
+    """Check 15. actor-b (`pooled[1]`) calls the per-model limit's model until refused (its own default has room
+    left), then another model once; actor-a (`pooled[0]`) then calls until the pool, not its own budget,
+    refuses it. `rules` names the rule indexes (`default`, `model`, `pool`), `counters` what they hold
+    (`a default`, `b default`, `b model`, `pool`)."""
+    actor_a, actor_b = pooled
+    model_limit, pool_limit = pool_check_limits(per_call)
+    v.note(config_line)
+    v.note(
+        f"limits: default {thousands(default_limit)} tokens each (rule {rules['default']}), "
+        f"{thousands(model_limit)} on the model (rule {rules['model']}), {thousands(pool_limit)} for the pool "
+        f"(rule {rules['pool']}, one counter for both)"
+    )
+    for line in [*run_lines(actor_b, model_calls), *run_lines(actor_b, [other_call]), *run_lines(actor_a, pool_calls)]:
+        v.note(line)
+    v.note(f"counters: {', '.join(f'{name} {thousands(value)}' for name, value in counters.items())}")
+    if not v.expect(
+        2 * per_call <= default_limit,
+        f"the default budget ({default_limit}) must hold two calls of {per_call}: the check proves nothing",
+    ):
+        return
+    admitted = admitted_calls(model_limit, per_call)
+    _expect_admitted_then_429(v, f"{actor_b} (model)", model_calls, admitted, per_call)
+    _expect_ok(v, f"{short_name(actor_b)} call to another model", other_call, per_call)
+    _expect_admitted_then_429(v, f"{actor_a} (pool)", pool_calls, 1, per_call)
+    spent_b = (admitted + 1) * per_call
+    v.expect_equal(f"{short_name(actor_b)}'s default counter", counters.get("b default"), spent_b)
+    v.expect_equal(f"{short_name(actor_b)}'s per-model counter", counters.get("b model"), admitted * per_call)
+    v.expect_equal(f"{short_name(actor_a)}'s default counter", counters.get("a default"), per_call)
+    v.expect_equal("the pool's counter (both actors' calls)", counters.get("pool"), spent_b + per_call)
+    v.expect(
+        counters.get("a default", 0) <= default_limit,
+        f"{short_name(actor_a)}'s own budget was over too: the check does not show the pool refusing it",
+    )

@@ -4,7 +4,9 @@ The ratelimit service keys a counter as ``<domain>_<key1>_<value1>_..._<window s
 (envoyproxy/ratelimit src/limiter/cache_key.go). For the budget rules the Distinct ``x-actor-id``
 entry puts the actor's JWT subject in the key, so every counter of ``agents/actor-a`` contains
 ``_actor/agents/actor-a_``. A counter is read with ``redis-cli --scan --pattern`` and ``GET``, and an
-actor's spend is the sum over its keys (one per rule and window).
+actor's spend is the sum over its keys (one per rule and window). A pool's rule has no Distinct entry, so its
+one counter holds no actor: it is read by the rule's own first entry, ``<domain>_<domain>/rule/<index>_...``
+(envoyproxy/gateway v1.9.0 internal/xds/translator/ratelimit.go).
 
 Redis needs a password (Secret ``redis-auth``). It goes to ``redis-cli`` as ``REDISCLI_AUTH``
 inside the pod, read from the exec's stdin: never on a command line, never printed.
@@ -62,6 +64,12 @@ class CounterError(RuntimeError):
 def escape_glob(text: str) -> str:
     """Escapes Redis glob specials so a subject matches only itself."""
     return "".join(f"\\{char}" if char in GLOB_SPECIALS else char for char in text)
+
+
+def rule_pattern(domain: str, index: int) -> str:
+    """The SCAN pattern of every counter of one shared rule, e.g. ``agent-budgets/agent-budgets_..._rule/2_*``."""
+    generic = f"{domain}/rule/{index}"
+    return f"{escape_glob(domain)}_{escape_glob(generic)}_{escape_glob(generic)}_*"
 
 
 def key_pattern(subject: str) -> str:
@@ -182,6 +190,16 @@ class Counters:
         subjects = list(subjects)
         grouped = self._exec("get", [key_pattern(s) for s in subjects])
         return {s: CounterReading(s, tuple(keys)) for s, keys in zip(subjects, grouped, strict=True)}
+
+    def rule_total(self, domain: str, index: int) -> int:
+        """The sum of one shared rule's counters (a pool's: one per window, whoever charged it)."""
+        [keys] = self._exec("get", [rule_pattern(domain, index)])
+        return sum(value for _, value in keys)
+
+    def clear_rule(self, domain: str, index: int) -> int:
+        """Deletes every counter of one shared rule; returns how many keys went."""
+        [keys] = self._exec("del", [rule_pattern(domain, index)])
+        return sum(value for _, value in keys)
 
     def totals(self, subjects: Iterable[str]) -> dict[str, int]:
         return {s: reading.total for s, reading in self.read(subjects).items()}
