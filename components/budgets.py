@@ -1,4 +1,5 @@
-"""Budgets: the JWT SecurityPolicy that names the actor, and the one policy holding every budget rule."""
+"""Budgets: the JWT SecurityPolicy that names the actor (when a JWT source is on), and the one policy holding every
+budget rule."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from core.settings import StackSettings
 
 
 class Budgets(pulumi.ComponentResource):
-    """SecurityPolicy (JWT → x-actor-id) and BackendTrafficPolicy (a bucket per actor)."""
+    """SecurityPolicy (JWT → x-actor-id) and BackendTrafficPolicy (a bucket per actor).
 
-    jwt_policy: CustomResource
+    A stack of API keys alone has no JWT policy: its callers are named by the API-key listener's policy
+    (components.api_keys).
+    """
+
+    jwt_policy: CustomResource | None
     budget_policy: CustomResource
 
     def __init__(
@@ -25,12 +30,14 @@ class Budgets(pulumi.ComponentResource):
         settings: StackSettings,
         rules: BudgetRules,
         crds: Sequence[pulumi.Resource] = (),
-        idp_backend: Sequence[pulumi.Resource] = (),
+        jwks_sources: Sequence[pulumi.Resource] = (),
         rate_limit_store: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("agent-budgets:budgets:Budgets", name, None, opts)
-        self.jwt_policy = custom_resource(jwt_policy_manifest(settings), self, [*crds, *idp_backend])
+        self.jwt_policy = None
+        if settings.identity.jwt_sources:
+            self.jwt_policy = custom_resource(jwt_policy_manifest(settings), self, [*crds, *jwks_sources])
         # Without the store, the rate-limit service cannot count: wait for it.
         self.budget_policy = custom_resource(budget_policy_manifest(settings, rules), self, [*crds, *rate_limit_store])
         self.register_outputs({"rules": rules.summary()})

@@ -8,6 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.actor_egress import ActorEgressPolicies
+from components.api_keys import ApiKeys
 from components.budgets import Budgets
 from components.dashboard import Dashboard
 from components.gateway import ModelGateway
@@ -16,10 +17,12 @@ from components.mock_model import MockModel
 from components.models import Models
 from components.monitoring import Monitoring
 from components.platform_releases import Platform
+from components.service_account_trust import ServiceAccountTrust
 from core.budget_rules import BudgetRules
+from core.identity import SUBSTRATE
 from core.kubeconfig import is_contents as kubeconfig_is_contents
 from core.settings import PROJECT, StackSettings
-from core.validation import egress_settings
+from core.validation import egress_settings, manages_egress_policies
 from core.worst_case import stack_worst_cases
 
 
@@ -57,7 +60,7 @@ def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
 
 
 def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
-    """Declare every resource; return the stack outputs (nothing secret)."""
+    """Declare every resource; return the stack outputs (nothing secret but `apiKeys`, a Pulumi secret)."""
     cluster = kubernetes_provider(settings)
     with_cluster = pulumi.ResourceOptions(providers={"kubernetes": cluster})
 
@@ -71,7 +74,16 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         opts=with_cluster,
     )
     namespace = [gateway.namespace]
-    idp = SubstrateIdpTrust("substrate-idp", settings, depends_on=[*deps.envoy_gateway, *namespace], opts=with_cluster)
+    trust_dependencies = [*deps.envoy_gateway, *namespace]
+    jwks_sources: list[pulumi.Resource] = []
+    if settings.identity.uses(SUBSTRATE):
+        idp = SubstrateIdpTrust("substrate-idp", settings, depends_on=trust_dependencies, opts=with_cluster)
+        jwks_sources.extend(idp.jwks_dependencies)
+    if settings.identity.kubernetes_enabled:
+        service_accounts = ServiceAccountTrust(
+            "service-account-trust", settings, depends_on=trust_dependencies, opts=with_cluster
+        )
+        jwks_sources.extend(service_accounts.jwks_dependencies)
     keys = provider_keys(settings)
     models = Models(
         "models",
@@ -98,30 +110,42 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         settings,
         rules,
         crds=[*deps.envoy_gateway, *namespace],
-        idp_backend=idp.jwks_dependencies,
+        jwks_sources=jwks_sources,
         rate_limit_store=deps.rate_limit_store,
         opts=with_cluster,
     )
+    api_keys: ApiKeys | None = None
+    if settings.identity.api_keys_enabled:
+        api_keys = ApiKeys("api-keys", settings, crds=deps.envoy_gateway, namespace=namespace, opts=with_cluster)
     if settings.monitoring.prometheus_rules:
         Monitoring("monitoring", settings, rules, namespace=namespace, opts=with_cluster)
     if settings.monitoring.dashboard:
         Dashboard("dashboard", settings, rules, namespace=namespace, opts=with_cluster)
-    if settings.substrate.egress.enabled:
+    if manages_egress_policies(settings):
         ActorEgressPolicies("actor-egress", egress_settings(settings))
 
-    outputs: dict[str, Any] = {
-        "gatewayUrl": f"http://{gateway.hostname}:{settings.gateway.port}",
-        "actors": len(settings.actors),
-        # One entry per limit: its budget, unit (tokens, usd or calls), amount, window (per) and rule index.
-        "budgetRules": rules.summary(),
-        # One entry per tokens or usd limit: the most an actor can have been charged by the end of a window
-        # (or what to set for there to be a most). Known at preview, so a change shows in its outputs diff.
-        "worstCase": [case.to_output() for case in stack_worst_cases(settings, rules)],
-        "suspended": sorted(settings.suspended),
-        "routes": {route.name: route.models for route in settings.routes},
-        "redisMode": settings.redis.mode,
-        "failClosed": settings.rate_limit.fail_closed,
-    }
+    outputs: dict[str, Any] = {}
+    if settings.identity.jwt_sources:
+        outputs["gatewayUrl"] = f"http://{gateway.hostname}:{settings.gateway.port}"
+    outputs.update(
+        {
+            "actors": len(settings.actors),
+            # One entry per limit: its budget, unit (tokens, usd or calls), amount, window (per) and rule index.
+            "budgetRules": rules.summary(),
+            # One entry per tokens or usd limit: the most an actor can have been charged by the end of a window
+            # (or what to set for there to be a most). Known at preview, so a change shows in its outputs diff.
+            "worstCase": [case.to_output() for case in stack_worst_cases(settings, rules)],
+            "suspended": sorted(settings.suspended),
+            "routes": {route.name: route.models for route in settings.routes},
+            "redisMode": settings.redis.mode,
+            "failClosed": settings.rate_limit.fail_closed,
+            "identitySources": list(settings.identity.sources),
+        }
+    )
+    if api_keys is not None:
+        outputs["apiKeyGatewayUrl"] = f"http://{gateway.hostname}:{settings.identity.api_keys.port}"
+        # Each API-key actor's key, only ever as a Pulumi secret (encrypted in state, masked unless --show-secrets).
+        outputs["apiKeys"] = pulumi.Output.secret(pulumi.Output.all(**api_keys.keys))
     if not settings.platform.install:
         # Whoever installs Envoy Gateway and Agent Router must give them these values (they hold no secret:
         # only references). Both ends of the extension-server message need platform.extensionMessageLimit.

@@ -50,11 +50,12 @@ of them. The layout is chosen so that counters survive configuration edits:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from core.identity import SUBSTRATE_SUBJECT_PREFIX, ActorRef, parse_actor_id
 from core.money import UINT32_MAX, USD_METADATA_KEY, mills_to_usd, usd_to_mills
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import MAX_LIMITS_PER_BUDGET, BudgetsConfig, TokenKind
@@ -63,7 +64,7 @@ ACTOR_HEADER = "x-actor-id"
 MODEL_HEADER = "x-ai-eg-model"
 """The model name the agent sent, set by Agent Router before the rate-limit filter runs (module docstring;
 envoyproxy/ai-gateway v1.1.0 `api/v1beta1/shared_types.go` `AIModelHeaderKey`)."""
-SUBJECT_PREFIX = "actor/"
+SUBJECT_PREFIX = SUBSTRATE_SUBJECT_PREFIX
 COST_METADATA_NAMESPACE = "io.envoy.ai_gateway"
 COST_METADATA_KEY = "llm_total_token"
 TOKEN_METADATA_KEYS: dict[TokenKind, str] = {
@@ -134,36 +135,79 @@ SPEND_UNITS: tuple[Unit, ...] = ("tokens", "usd")
 """The units a response is charged in (a calls limit counts calls, not spend)."""
 
 
-def actor_subject(actor_id: str) -> str:
-    """The JWT subject (and so the `x-actor-id` value) Substrate gives actor `<atespace>/<name>`."""
-    return SUBJECT_PREFIX + actor_id
-
-
 def re2_escape(text: str) -> str:
     """Escape every character RE2 could read as syntax (RE2 accepts a backslash before punctuation)."""
     return "".join(ch if ch in _RE2_LITERAL_SAFE else "\\" + ch for ch in text)
 
 
-def actors_regex(actor_ids: Iterable[str]) -> str:
-    """An anchored RE2 pattern matching exactly the subjects of `actor_ids`, grouped by atespace.
+def _alternatives(names: Sequence[str]) -> str:
+    return "|".join(re2_escape(name) for name in names)
 
-    `^actor/(?:agents/(?:a|b)|lab/(?:c))$`: grouping keeps the pattern short and readable.
-    """
-    by_atespace: dict[str, list[str]] = {}
+
+def _group_pattern(group: str, separator: str, names: Sequence[str]) -> str:
+    """`agents/(?:a|b)`; for an API key, which has no group, just the names: `a|b`."""
+    if not group:
+        return _alternatives(names)
+    return f"{re2_escape(group)}{re2_escape(separator)}(?:{_alternatives(names)})"
+
+
+def _source_pattern(prefix: str, groups: Mapping[tuple[str, str], Sequence[str]]) -> str:
+    """`actor/(?:agents/(?:a|b)|lab/(?:c))`: every group of one source under its value prefix."""
+    parts = [_group_pattern(group, separator, names) for (group, separator), names in groups.items()]
+    return f"{re2_escape(prefix)}(?:{'|'.join(parts)})"
+
+
+def _layout(actor_ids: Iterable[str]) -> dict[str, dict[tuple[str, str], list[str]]]:
+    """Value prefix → (group, separator) → names, in the order of the sorted actor ids."""
+    layout: dict[str, dict[tuple[str, str], list[str]]] = {}
     for actor in sorted(set(actor_ids)):
-        atespace, name = actor.split("/", 1)
-        by_atespace.setdefault(atespace, []).append(name)
-    if not by_atespace:
+        ref = parse_actor_id(actor)
+        layout.setdefault(ref.value_prefix, {}).setdefault((ref.group, ref.separator), []).append(ref.name)
+    return layout
+
+
+def actors_regex(actor_ids: Iterable[str]) -> str:
+    """An anchored RE2 pattern matching exactly the `x-actor-id` values of `actor_ids`, grouped by source and by
+    atespace or namespace.
+
+    `^actor/(?:agents/(?:a|b)|lab/(?:c))$` for Substrate actors alone (the pattern of every earlier version);
+    with several sources, one alternative each: `^(?:actor/(?:agents/(?:a))|apikey\\.(?:ci-bot))$`.
+    """
+    layout = _layout(actor_ids)
+    if not layout:
         return MATCHES_NOTHING
-    groups = [
-        f"{re2_escape(atespace)}/(?:{'|'.join(re2_escape(n) for n in names)})"
-        for atespace, names in by_atespace.items()
-    ]
-    return f"^{re2_escape(SUBJECT_PREFIX)}(?:{'|'.join(groups)})$"
+    sources = [_source_pattern(prefix, groups) for prefix, groups in layout.items()]
+    if len(sources) == 1:
+        return f"^{sources[0]}$"
+    return f"^(?:{'|'.join(sources)})$"
 
 
-def _group_cost(atespace: str, names: Sequence[str]) -> int:
-    return len(re2_escape(atespace)) + len("/(?:)") + sum(len(re2_escape(n)) for n in names) + len(names) - 1
+class _PatternLength:
+    """The exact length of `actors_regex` over a growing set of actors (added in sorted order), kept in O(1)
+    per actor: one source alone is `^P$`, several `^(?:P1|P2)$`; a source `esc(prefix)(?:G1|G2)`; a group
+    `esc(group)esc(separator)(?:n1|n2)`, or for an API key (no group) `n1|n2`."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, set[tuple[str, str]]] = {}
+        self.length = 0
+
+    def cost(self, ref: ActorRef) -> int:
+        """How much longer the pattern gets when `ref` is added."""
+        name = len(re2_escape(ref.name))
+        groups = self.groups.get(ref.value_prefix)
+        if groups is not None and (ref.group, ref.separator) in groups:
+            return name + 1
+        group = name if not ref.group else len(re2_escape(ref.group)) + len(re2_escape(ref.separator)) + 4 + name
+        if groups is not None:
+            return group + 1
+        source = len(re2_escape(ref.value_prefix)) + 4 + group
+        if not self.groups:
+            return 2 + source
+        return source + 1 + (4 if len(self.groups) == 1 else 0)
+
+    def add(self, ref: ActorRef) -> None:
+        self.length += self.cost(ref)
+        self.groups.setdefault(ref.value_prefix, set()).add((ref.group, ref.separator))
 
 
 def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) -> list[list[str]]:
@@ -172,28 +216,20 @@ def pack_actors(actor_ids: Iterable[str], max_length: int = MAX_VALUE_LENGTH) ->
     Greedy over sorted ids, with the pattern length computed incrementally (linear in the number of
     actors), then checked exactly.
     """
-    overhead = len(f"^{re2_escape(SUBJECT_PREFIX)}(?:)$")
     chunks: list[list[str]] = []
     current: list[str] = []
-    groups: dict[str, list[str]] = {}
-    length = overhead
+    pattern = _PatternLength()
     for actor in sorted(set(actor_ids)):
-        atespace, name = actor.split("/", 1)
-        if atespace in groups:
-            added = len(re2_escape(name)) + 1
-        else:
-            added = _group_cost(atespace, [name]) + (1 if groups else 0)
-        if current and length + added > max_length:
+        ref = parse_actor_id(actor)
+        if current and pattern.length + pattern.cost(ref) > max_length:
             chunks.append(current)
-            current, groups, length = [], {}, overhead
-            added = _group_cost(atespace, [name])
-        if not current and overhead + added > max_length:
+            current, pattern = [], _PatternLength()
+        if not current and pattern.cost(ref) > max_length:
             raise ConfigError(
                 [Problem("actors", f"actor {actor!r} alone needs more than {max_length} characters to match")]
             )
         current.append(actor)
-        groups.setdefault(atespace, []).append(name)
-        length += added
+        pattern.add(ref)
     if current:
         chunks.append(current)
     for chunk in chunks:
@@ -450,7 +486,7 @@ class BudgetRules:
         return self._rules_by_owner.get(("pool", pool_index), ())
 
     def rules_for_actor(self, actor_id: str) -> tuple[CompiledRule, ...]:
-        """Every rule of the actor's own budget (`<atespace>/<name>`): its class's limits, or the default's."""
+        """Every rule that charges the actor `actor_id` (any source): its class's limits, or the default's."""
         return self.rules_of_budget(self.class_of_actor.get(actor_id, 0))
 
     def pools_of_actor(self, actor_id: str) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 
-from core.problems import PROJECT, Problem, key_path
+from core.problems import PROJECT, Problem, key_path, short
 from core.settings import RETIRED_KEYS, StackSettings, number_text_hint
 
 _SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$")
@@ -203,12 +203,6 @@ def _range_text(field: FieldInfo | None) -> str | None:
     if high is not None:
         return f"at most {high:,}"
     return None
-
-
-def short(value: Any) -> str:
-    """`repr` of a value, cut to a readable length."""
-    text = repr(value[:80] if isinstance(value, str) else value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def type_text(annotation: Any) -> str:
         item = unwrap_annotated(typing.get_args(inner)[0])
         if isinstance(item, type) and issubclass(item, BaseModel):
             return "list of maps"
+        if typing.get_origin(item) is Literal:
+            return f"list of {type_text(item)}"
         return f"list of {type_text(item)}s"
     if origin is dict:
         value = unwrap_annotated(typing.get_args(inner)[1])

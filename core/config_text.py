@@ -27,6 +27,13 @@ def lone_surrogate(text: str) -> re.Match[str] | None:
     return _LONE_SURROGATE.search(text)
 
 
+def lone_surrogate_problem(text: str) -> str | None:
+    """Why `text` cannot be stored (it holds a lone surrogate), or None: for a field whose own check must say it
+    (so that the report holds one line for the mistake, see `reported_elsewhere`)."""
+    found = lone_surrogate(text)
+    return _explain(text, found) if found else None
+
+
 def _explain(text: str, found: re.Match[str]) -> str:
     character = f"U+{ord(found.group()):04X}"
     return (

@@ -20,8 +20,18 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from core import egress, money
 from core.budget_rules import atespace_of
-from core.config_messages import aliases, field_at, model_at, short
-from core.problems import PROJECT, Problem
+from core.config_messages import aliases, field_at, model_at
+from core.identity import (
+    API_KEYS,
+    KUBERNETES,
+    SOURCE_TITLES,
+    SUBSTRATE,
+    ActorIdError,
+    ActorRef,
+    SourceName,
+    parse_actor_id,
+)
+from core.problems import PROJECT, Problem, short
 from core.settings import (
     PROVIDER_DEFAULT_HOSTS,
     REDIS_EXTERNAL_ONLY,
@@ -296,6 +306,96 @@ def check_suspended_actors(view: ConfigView) -> Iterator[Problem]:
             )
         if index in repeats:
             yield Problem(key, f"{short(actor)} is listed twice (also suspended[{repeats[index]}]): list it once")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Identity sources
+
+
+def _sources(view: ConfigView) -> list[str] | None:
+    """The enabled identity sources, or None when `identity.sources` is not a list (its own error says so)."""
+    sources = view.get("identity", "sources")
+    return [source for source in sources if isinstance(source, str)] if isinstance(sources, list) else None
+
+
+def _parsed(actor: str) -> ActorRef | None:
+    try:
+        return parse_actor_id(actor)
+    except ActorIdError:
+        return None  # the field's own error says how to write it
+
+
+def check_actor_sources(view: ConfigView) -> Iterator[Problem]:
+    """Every actor is of an enabled identity source: one problem per source that is missing, at its first actor."""
+    sources = _sources(view)
+    if sources is None:
+        return
+    missing: dict[SourceName, list[tuple[int, str]]] = {}
+    for index, actor in view.strings("actors") or []:
+        ref = _parsed(actor)
+        if ref is not None and ref.source not in sources:
+            missing.setdefault(ref.source, []).append((index, actor))
+    for source, found in missing.items():
+        index, actor = found[0]
+        more = f" and {len(found) - 1} more actor(s) of that source" if len(found) > 1 else ""
+        yield Problem(
+            f"actors[{index}]",
+            f"{short(actor)}{more} is {SOURCE_TITLES[source]}, but {PROJECT}:identity.sources is "
+            f"[{', '.join(sources)}]: add {source} to identity.sources (docs/identity.md), or remove the actor",
+        )
+
+
+def check_api_key_rotations(view: ConfigView) -> Iterator[Problem]:
+    """A rotation counter belongs to an API-key actor of `actors` (a counter for nobody would rotate nothing)."""
+    rotations = view.get("identity", "apiKeys", "rotations")
+    if not isinstance(rotations, Mapping):
+        return
+    known = _listed_actors(view)
+    for actor in rotations:
+        ref = _parsed(actor) if isinstance(actor, str) else None
+        key = f"identity.apiKeys.rotations.{actor}"
+        if ref is not None and ref.source != API_KEYS:
+            yield Problem(key, f"{short(actor)} is {SOURCE_TITLES[ref.source]}, which has no key to rotate: remove it")
+        elif ref is not None and known is not None and actor not in known:
+            yield Problem(
+                key,
+                f"{short(actor)} is not in {PROJECT}:actors, so it has no key to rotate: add it there, or remove it",
+            )
+
+
+def check_identity_settings(view: ConfigView) -> Iterator[Problem]:
+    """The settings of each enabled source fit together: a JWKS URL for `publicUrl`, issuers that tell the JWT
+    sources apart, and an API-key listener on a port of its own."""
+    sources = _sources(view) or []
+    written = view.raw.get("identity")
+    kubernetes = written.get("kubernetes") if isinstance(written, Mapping) else None
+    jwks = view.get("identity", "kubernetes", "jwks")
+    uri_written = isinstance(kubernetes, Mapping) and kubernetes.get("jwksUri") is not None
+    if KUBERNETES in sources and jwks == "publicUrl" and not uri_written:
+        yield Problem(
+            "identity.kubernetes.jwksUri",
+            "is missing, but identity.kubernetes.jwks is publicUrl: set it to your cluster issuer's public JWKS URL "
+            "(the jwks_uri of `kubectl get --raw /.well-known/openid-configuration`)",
+        )
+    if uri_written and jwks != "publicUrl":
+        yield Problem(
+            "identity.kubernetes.jwksUri",
+            f"applies only to identity.kubernetes.jwks: publicUrl (it is {jwks!r}): remove it, or set jwks: publicUrl",
+        )
+    issuer = view.get("identity", "kubernetes", "issuer")
+    if SUBSTRATE in sources and KUBERNETES in sources and issuer == view.get("substrate", "issuer"):
+        yield Problem(
+            "identity.kubernetes.issuer",
+            f"is {short(issuer)}, the same as substrate.issuer: the gateway tells the two token sources apart by their "
+            "issuer. Set it to the cluster's service-account issuer",
+        )
+    port = view.get("identity", "apiKeys", "port")
+    if API_KEYS in sources and (SUBSTRATE in sources or KUBERNETES in sources) and port == view.get("gateway", "port"):
+        yield Problem(
+            "identity.apiKeys.port",
+            f"is {port}, the port of the JWT listener (gateway.port): API keys need a listener of their own, where "
+            f"no JWT filter runs. Pick another port, e.g. {8081 if port != 8081 else 8082}",
+        )
 
 
 def _budget_entries(view: ConfigView) -> list[tuple[str, Mapping[str, Any]]]:
@@ -600,6 +700,9 @@ def dashboard_warnings(view: ConfigView) -> list[Problem]:
 
 CROSS_CHECKS: tuple[Check, ...] = (
     check_actors_listed_once,
+    check_actor_sources,
+    check_api_key_rotations,
+    check_identity_settings,
     check_class_names_unique,
     check_class_members,
     check_pool_names_unique,
@@ -625,17 +728,23 @@ def cross_key_problems(view: ConfigView) -> list[Problem]:
 
 
 def no_actors_finding(view: ConfigView) -> tuple[list[Problem], list[Problem]]:
-    """An empty actor list with egress policies on: refused, or (with allowNoActors) a warning.
+    """No Substrate actor while Substrate and its egress policies are on: refused, or (with allowNoActors) a warning.
 
     Every actor's egress policy is deleted by the next `pulumi up` in that case; a stack must say that it
-    means it.
+    means it. A stack without the Substrate source manages no egress policy, so nothing is deleted.
     """
     actors = view.raw.get("actors", MISSING)
     enabled = view.get("substrate", "egress", "enabled")
     allowed = view.get("allowNoActors")
-    if not (actors is MISSING or actors == []) or enabled is not True:
+    sources = _sources(view)
+    if enabled is not True or (sources is not None and SUBSTRATE not in sources):
         return [], []
-    written = "is not set" if actors is MISSING else "is empty"
+    listed = view.strings("actors")
+    if actors is not MISSING and listed is None:
+        return [], []  # not a list: its own error says so
+    if any((ref := _parsed(actor)) is None or ref.source == SUBSTRATE for _, actor in listed or []):
+        return [], []
+    written = "is not set" if actors is MISSING else ("is empty" if actors == [] else "holds no Substrate actor")
     if allowed is True:
         warning = Problem(
             "actors",
@@ -646,6 +755,7 @@ def no_actors_finding(view: ConfigView) -> tuple[list[Problem], list[Problem]]:
     error = Problem(
         "actors",
         f"{written} while egress policies are enabled: the next `pulumi up` would delete every actor's egress "
-        f"policy. List the actors, or set `{PROJECT}:allowNoActors: true` if that is what you want",
+        f"policy. List the actors{', or drop substrate from identity.sources' if listed else ''}, or set "
+        f"`{PROJECT}:allowNoActors: true` if that is what you want",
     )
     return [error], []

@@ -22,15 +22,18 @@ from core.budget_rules import (
 )
 from core.ceilings import api_schema, ceiling_body_mutation
 from core.filter_chain import IDENTITY_BEFORE_AGENT_ROUTER
+from core.identity import API_KEYS, JWT_PROVIDER_NAMES, KUBERNETES, SUBSTRATE, parse_actor_id
 from core.money import route_cost_entry
 from core.settings import (
     GATEWAY_CONTROLLER_NAME,
     GATEWAY_SERVICE_NAME,
+    KUBERNETES_API_HOST,
+    KUBERNETES_API_JWKS_URI,
     Provider,
     Route,
     StackSettings,
 )
-from core.suspension import suspension_authorization, suspension_response_overrides
+from core.suspension import api_key_authorization, jwt_authorization, suspension_response_overrides
 
 GATEWAY_API = "gateway.networking.k8s.io"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io"
@@ -40,8 +43,26 @@ GATEWAY_NAME = GATEWAY_SERVICE_NAME
 ENVOY_PROXY_NAME = GATEWAY_SERVICE_NAME
 BUDGET_POLICY_NAME = "agent-budgets"
 JWT_POLICY_NAME = "agent-budgets-jwt"
-JWT_PROVIDER_NAME = "agent-substrate"
+JWT_PROVIDER_NAME = JWT_PROVIDER_NAMES[SUBSTRATE]
+SERVICE_ACCOUNT_PROVIDER_NAME = JWT_PROVIDER_NAMES[KUBERNETES]
+API_KEY_POLICY_NAME = "agent-budgets-api-keys"
+JWT_LISTENER = "http"
+"""The Gateway listener JWT callers use (Substrate actors and service accounts), on `gateway.port`."""
+API_KEY_LISTENER = "apikeys"
+"""The Gateway listener API-key callers use, on `identity.apiKeys.port`: a listener of its own, so no JWT filter
+runs there (see `api_key_policy_manifest`)."""
+API_KEY_SECRET_PREFIX = "agent-budgets-api-key-"
+API_KEY_LENGTH = 48
+"""Characters of every generated API key (letters and digits: about 285 bits), the same for every actor."""
+ACTOR_ID_ANNOTATION = "agent-budgets.dev/actor"
+"""On each API-key Secret: the actor it holds the key of (`apikey:<name>`), for readers that may not see the key."""
 IDP_BACKEND_NAME = "substrate-idp"
+KUBERNETES_API_BACKEND_NAME = "kubernetes-api"
+KUBERNETES_ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+"""Published in every namespace by kube-controller-manager's root-ca-cert-publisher, key `ca.crt`: the CA of the
+API server's serving certificate."""
+DISCOVERY_CLUSTER_ROLE = "system:service-account-issuer-discovery"
+DISCOVERY_BINDING_NAME = "agent-budgets-service-account-issuer-discovery"
 MOCK_MODEL_NAME = "mock-model"
 MOCK_MODEL_PORT = 8080
 UPSTREAM_CONTROL_HEADERS = (
@@ -102,6 +123,28 @@ def _gateway_ref() -> dict[str, str]:
 # Model gateway
 
 
+def gateway_listeners(settings: StackSettings) -> list[dict[str, Any]]:
+    """The JWT listener on `gateway.port` when a JWT source is on, the API-key listener on `identity.apiKeys.port`
+    when API keys are.
+
+    Each port is an Envoy listener with its own HTTP filter chain (envoyproxy/gateway v1.9.0
+    internal/xds/translator: one HCM per listener), and the model routes attach to both (their parentRefs name
+    the Gateway without a section). A SecurityPolicy targeting a listener wins over one targeting the Gateway
+    for that listener's routes (internal/gatewayapi/securitypolicy.go: listener policies are translated first,
+    and the Gateway's skips a route that already has one).
+    """
+
+    def listener(name: str, port: int) -> dict[str, Any]:
+        return {"name": name, "protocol": "HTTP", "port": port, "allowedRoutes": {"namespaces": {"from": "Same"}}}
+
+    listeners: list[dict[str, Any]] = []
+    if settings.identity.jwt_sources:
+        listeners.append(listener(JWT_LISTENER, settings.gateway.port))
+    if settings.identity.api_keys_enabled:
+        listeners.append(listener(API_KEY_LISTENER, settings.identity.api_keys.port))
+    return listeners
+
+
 def gateway_manifests(settings: StackSettings) -> list[Manifest]:
     """GatewayClass, EnvoyProxy (fixed Service name), Gateway and ClientTrafficPolicy."""
     ns = settings.gateway.namespace
@@ -142,14 +185,7 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
                 "infrastructure": {
                     "parametersRef": {"group": ENVOY_GATEWAY_API, "kind": "EnvoyProxy", "name": ENVOY_PROXY_NAME}
                 },
-                "listeners": [
-                    {
-                        "name": "http",
-                        "protocol": "HTTP",
-                        "port": settings.gateway.port,
-                        "allowedRoutes": {"namespaces": {"from": "Same"}},
-                    }
-                ],
+                "listeners": gateway_listeners(settings),
             },
         ),
         Manifest(
@@ -217,21 +253,76 @@ def idp_trust_manifests(settings: StackSettings) -> list[Manifest]:
 # Budgets
 
 
-def substrate_jwks_source(settings: StackSettings) -> dict[str, Any]:
-    """Where Envoy Gateway gets the keys that verify actor JWTs: `remoteJWKS` or `localJWKS`.
+def service_account_trust_manifests(settings: StackSettings) -> list[Manifest]:
+    """With `identity.kubernetes.jwks: apiServer`: the Backend Envoy Gateway fetches the service-account keys
+    through, and the BackendTLSPolicy that verifies the API server's certificate with the cluster's root CA.
+
+    `kubernetes.default.svc` is in the API server's certificate (kubeadm cmd/kubeadm/app/util/pkiutil/
+    pki_helpers.go `GetAPIServerAltNames`); a ConfigMap CA reference is read from key `ca.crt` (envoyproxy/gateway
+    v1.9.0 internal/gatewayapi/backendtlspolicy.go), which `kube-root-ca.crt` holds in every namespace. Envoy's
+    JWKS fetch carries no credentials (api/v1alpha1/jwt_types.go `RemoteJWKS` has no auth field), hence the
+    anonymous discovery binding (`discovery_binding`). The other modes need no object here: `configMap` names a
+    ConfigMap you keep, `publicUrl` a public URL Envoy Gateway reaches with the system trust store.
+    """
+    identity = settings.identity
+    if not identity.kubernetes_enabled or identity.kubernetes.jwks != "apiServer":
+        return []
+    ns = settings.gateway.namespace
+    return [
+        Manifest(
+            "gateway.envoyproxy.io/v1alpha1",
+            "Backend",
+            KUBERNETES_API_BACKEND_NAME,
+            ns,
+            {"endpoints": [{"fqdn": {"hostname": KUBERNETES_API_HOST, "port": 443}}]},
+        ),
+        Manifest(
+            "gateway.networking.k8s.io/v1",
+            "BackendTLSPolicy",
+            KUBERNETES_API_BACKEND_NAME,
+            ns,
+            {
+                "targetRefs": [{"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": KUBERNETES_API_BACKEND_NAME}],
+                "validation": {
+                    "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": KUBERNETES_ROOT_CA_CONFIG_MAP}],
+                    "hostname": KUBERNETES_API_HOST,
+                },
+            },
+        ),
+    ]
+
+
+def discovery_binding(settings: StackSettings) -> dict[str, Any] | None:
+    """The ClusterRoleBinding `identity.kubernetes.jwks: apiServer` needs (None otherwise): the bootstrap role
+    `system:service-account-issuer-discovery` (get on `/.well-known/openid-configuration` and `/openid/v1/jwks`),
+    bound by default to `system:serviceaccounts` only, bound here to `system:unauthenticated` too, because Envoy
+    fetches the keys anonymously (kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go). This is a
+    cluster-wide grant: anyone who reaches the API server can read the issuer URL and the public keys."""
+    identity = settings.identity
+    if not identity.kubernetes_enabled or identity.kubernetes.jwks != "apiServer":
+        return None
+    return {
+        "metadata": {"name": DISCOVERY_BINDING_NAME, "labels": common_labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DISCOVERY_CLUSTER_ROLE},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}],
+    }
+
+
+def local_jwks(config_map: str) -> dict[str, Any]:
+    """A provider's keys read from a ConfigMap beside the SecurityPolicy, never fetched.
 
     `localJWKS` names a ConfigMap by a LocalObjectReference, which Envoy Gateway reads in the SecurityPolicy's
     own namespace, key `jwks` (else the first key) (internal/gatewayapi/securitypolicy.go `buildLocalJWKS`
     @v1.9.0); `type` must be `ValueRef`, since it defaults to `Inline` (api/v1alpha1/jwt_types.go).
     """
+    return {"localJWKS": {"type": "ValueRef", "valueRef": {"group": "", "kind": "ConfigMap", "name": config_map}}}
+
+
+def substrate_jwks_source(settings: StackSettings) -> dict[str, Any]:
+    """Where Envoy Gateway gets the keys that verify actor JWTs: `remoteJWKS` or `localJWKS`."""
     sub = settings.substrate
     if not sub.trust.fetches_remote_jwks:
-        return {
-            "localJWKS": {
-                "type": "ValueRef",
-                "valueRef": {"group": "", "kind": "ConfigMap", "name": sub.trust.jwks_config_map},
-            }
-        }
+        return local_jwks(sub.trust.jwks_config_map)
     return {
         "remoteJWKS": {
             "uri": sub.jwks_uri,
@@ -254,20 +345,70 @@ def substrate_jwt_provider(settings: StackSettings) -> dict[str, Any]:
     }
 
 
-def jwt_providers(settings: StackSettings) -> list[dict[str, Any]]:
-    """Every identity the gateway accepts, one JWT provider each (Envoy Gateway tries them in order).
+def service_account_jwks(settings: StackSettings) -> dict[str, Any]:
+    """Where Envoy Gateway gets the service-account signing keys, by `identity.kubernetes.jwks`: a ConfigMap copy
+    (`local_jwks`), the API server through the Backend `kubernetes-api`, or a public URL (a `remoteJWKS` without
+    backendRefs gets a cluster built from its URI, verified with the system trust store: envoyproxy/gateway v1.9.0
+    internal/gatewayapi/securitypolicy.go)."""
+    kubernetes = settings.identity.kubernetes
+    if kubernetes.jwks == "configMap":
+        return local_jwks(kubernetes.jwks_config_map)
+    if kubernetes.jwks == "apiServer":
+        return {
+            "remoteJWKS": {
+                "uri": KUBERNETES_API_JWKS_URI,
+                "backendRefs": [
+                    {"group": ENVOY_GATEWAY_API, "kind": "Backend", "name": KUBERNETES_API_BACKEND_NAME, "port": 443}
+                ],
+            }
+        }
+    assert kubernetes.jwks_uri is not None  # validation requires it for publicUrl
+    return {"remoteJWKS": {"uri": kubernetes.jwks_uri}}
 
-    Each provider must copy its subject into x-actor-id, the one header every budget rule keys on.
-    """
-    return [substrate_jwt_provider(settings)]
+
+def service_account_jwt_provider(settings: StackSettings) -> dict[str, Any]:
+    """The provider for projected service-account tokens: the cluster's issuer (so a Substrate token is never tried
+    against its keys, envoy jwt_authn `isIssuerAllowed`), our audience, sub copied into x-actor-id."""
+    kubernetes = settings.identity.kubernetes
+    return {
+        "name": SERVICE_ACCOUNT_PROVIDER_NAME,
+        "issuer": kubernetes.issuer,
+        "audiences": [kubernetes.audience],
+        **service_account_jwks(settings),
+        "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
+    }
+
+
+def jwt_providers(settings: StackSettings) -> list[dict[str, Any]]:
+    """One provider per enabled JWT source, Substrate's first; each copies its subject into x-actor-id, the one
+    header every budget rule keys on. A token passes when any provider verifies it (envoyproxy/gateway v1.9.0
+    internal/xds/translator/jwt.go: several providers become `requires_any`), and only the provider that verified
+    it writes x-actor-id."""
+    providers: list[dict[str, Any]] = []
+    if settings.identity.uses(SUBSTRATE):
+        providers.append(substrate_jwt_provider(settings))
+    if settings.identity.kubernetes_enabled:
+        providers.append(service_account_jwt_provider(settings))
+    return providers
+
+
+def jwt_policy_authorization(settings: StackSettings) -> dict[str, Any]:
+    """The JWT policy's `authorization`: suspensions and the service-account allowlist (core.suspension)."""
+    return jwt_authorization(
+        settings.identity.jwt_sources, settings.actors, settings.suspended, settings.identity.kubernetes.issuer
+    )
 
 
 def jwt_policy_manifest(settings: StackSettings) -> Manifest:
-    """Verify the caller's JWT and copy its subject into x-actor-id (replacing any client value)."""
+    """Verify the caller's JWT and copy its subject into x-actor-id (replacing any client value).
+
+    Only for a stack with a JWT source (Substrate, Kubernetes); it targets the whole Gateway, and the API-key
+    listener's own policy displaces it there.
+    """
     spec: dict[str, Any] = {"targetRefs": [_gateway_ref()], "jwt": {"providers": jwt_providers(settings)}}
-    # The kill switch: suspended actors' tokens are refused before any model is called. Always present, so
+    # Suspended actors and unlisted service accounts are refused before any model is called. Always present, so
     # that suspending an actor changes route configuration only, never the listener (core.suspension).
-    spec["authorization"] = suspension_authorization(settings.suspended, JWT_PROVIDER_NAME)
+    spec["authorization"] = jwt_policy_authorization(settings)
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",
         "SecurityPolicy",
@@ -277,16 +418,68 @@ def jwt_policy_manifest(settings: StackSettings) -> Manifest:
     )
 
 
+def api_key_client_id(actor_id: str) -> str:
+    """The client id of an API-key actor's key: its Secret data key, and so its `x-actor-id` (core.identity)."""
+    return parse_actor_id(actor_id).header_value
+
+
+def api_key_secret_name(actor_id: str) -> str:
+    """The Secret holding one API-key actor's key, in the gateway namespace (one per actor: rotating or reading one
+    key touches one object)."""
+    return API_KEY_SECRET_PREFIX + parse_actor_id(actor_id).name
+
+
+def api_key_policy_manifest(settings: StackSettings) -> Manifest:
+    """The API-key listener's SecurityPolicy: `apiKeyAuth` over every API-key actor's Secret, the client id
+    written into x-actor-id, the key removed before the request goes upstream, and the suspensions.
+
+    Facts (envoyproxy/gateway v1.9.0, envoy api_key_auth.cc @03503b34):
+
+    * it holds no `jwt`: with both, jwt_authn (order 10) would remove the x-actor-id api_key_auth (order 7) just
+      wrote (its claim headers are sanitized before verification), and both would have to pass
+      (internal/xds/translator/httpfilters.go; research of issue 17);
+    * it targets the API-key listener alone (`sectionName`), so the Gateway-wide JWT policy does not apply there;
+    * each header in `extractFrom` is tried in order and a leading `Bearer ` is stripped; an unknown or missing key
+      gets 401 "Client authentication failed." with no WWW-Authenticate;
+    * `forwardClientIDHeader` sets the header with the verified client id, replacing a client-sent value;
+      `sanitize` removes every configured key header from the request (`hide_credentials`);
+    * the same key under two client ids fails the whole policy ("duplicated API key",
+      internal/gatewayapi/securitypolicy.go `buildAPIKeyAuth`); the program's keys are random, 48 characters.
+    """
+    api_keys = settings.identity.api_keys
+    refs = [
+        {"group": "", "kind": "Secret", "name": api_key_secret_name(actor)}
+        for actor in sorted(settings.actors_of(API_KEYS))
+    ]
+    spec: dict[str, Any] = {
+        "targetRefs": [{**_gateway_ref(), "sectionName": API_KEY_LISTENER}],
+        "apiKeyAuth": {
+            "credentialRefs": refs,
+            "extractFrom": [{"headers": list(api_keys.headers)}],
+            "forwardClientIDHeader": ACTOR_HEADER,
+            "sanitize": True,
+        },
+        "authorization": api_key_authorization(settings.suspended),
+    }
+    return Manifest(
+        "gateway.envoyproxy.io/v1alpha1",
+        "SecurityPolicy",
+        API_KEY_POLICY_NAME,
+        settings.gateway.namespace,
+        spec,
+    )
+
+
 def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manifest:
     """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key.
 
-    It also gives a suspended actor's 403 a body that says so, whether or not anyone is suspended now
-    (core.suspension).
+    It also gives a refused actor's 403 a body that says why (suspended; with service accounts, also not listed),
+    whether or not anyone is refused now (core.suspension).
     """
     spec: dict[str, Any] = {
         "targetRefs": [_gateway_ref()],
         "rateLimit": {"global": {"rules": rules.specs()}},
-        "responseOverride": suspension_response_overrides(),
+        "responseOverride": suspension_response_overrides(settings.identity.sources),
     }
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",

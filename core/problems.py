@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PROJECT = "agent-budgets"
 REPORT_HEADER = "invalid stack configuration:"
@@ -42,6 +43,12 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def short(value: Any) -> str:
+    """`repr` of a value, cut to a readable length (how every report line quotes a value the user wrote)."""
+    text = repr(value[:80] if isinstance(value, str) else value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def key_path(parts: Iterable[str | int]) -> str:

@@ -37,13 +37,12 @@ from typing import Any
 from core.budget_rules import (
     ACTOR_HEADER,
     KIND_TEXT,
-    SUBJECT_PREFIX,
     BudgetRules,
     CompiledRule,
     LimitSpec,
     Unit,
-    actor_subject,
 )
+from core.identity import actor_header_value, parse_header_value
 from core.money import mills_to_usd
 from core.ratelimit_model import AppliedRule, PolicyModel
 from core.settings import TokenKind
@@ -153,7 +152,7 @@ def plan_counters(
         charged = rules.rules_for_actor(actor)
         if not charged:
             unmetered.append(actor)
-        subject = actor_subject(actor)
+        subject = actor_header_value(actor)
         headers = {ACTOR_HEADER: subject}
         for compiled in charged:
             applied = model.charge(compiled.index, headers)
@@ -300,18 +299,16 @@ def rows_at_or_above(rows: Iterable[SpendRow], percent: float) -> list[SpendRow]
 
 
 def rows_of_actor(rows: Iterable[SpendRow], actor: str) -> list[SpendRow]:
-    """The rows of one actor, named `<atespace>/<name>` or by its subject `actor/<atespace>/<name>`, and of every
-    pool it is a listed member of (a pool that is over refuses its calls too)."""
-    return [
-        row
-        for row in rows
-        if actor in (row.counter.actor, row.counter.subject) or actor_subject_or_id(actor) in row.counter.members
-    ]
+    """The rows of one actor, named as in `actors` or by its `x-actor-id` (its `subject`), and of every pool it
+    is a listed member of (a pool that is over refuses its calls too)."""
+    actor_id = actor_id_of(actor)
+    return [row for row in rows if actor in (row.counter.actor, row.counter.subject) or actor_id in row.counter.members]
 
 
-def actor_subject_or_id(name: str) -> str:
-    """`<atespace>/<name>` for a name given as an actor id or as its subject `actor/<atespace>/<name>`."""
-    return name.removeprefix(SUBJECT_PREFIX) if name.count("/") == 2 else name
+def actor_id_of(name: str) -> str:
+    """The actor id (as `actors` writes it) of a name given as an id or as its `x-actor-id` value."""
+    ref = parse_header_value(name)
+    return ref.actor_id if ref is not None else name
 
 
 def with_rows(report: SpendReport, rows: Iterable[SpendRow]) -> SpendReport:

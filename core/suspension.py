@@ -1,4 +1,6 @@
-"""The kill switch: actors in `agent-budgets:suspended` are refused with 403 before any model is called.
+"""Who is refused before any model is called: actors in `agent-budgets:suspended` (the kill switch), and Kubernetes
+service accounts that are not in `agent-budgets:actors` (any pod of the cluster can ask for a token with the
+gateway's audience, so the JWT policy admits only the listed ones). Both get 403.
 
 Pure builders over plain data. Facts from Envoy Gateway v1.9.0, each checked in source:
 
@@ -19,6 +21,12 @@ Pure builders over plain data. Facts from Envoy Gateway v1.9.0, each checked in 
   to Envoy-generated responses (internal/xds/translator/custom_response.go, `buildLocalReplyPredicate`),
   rules are tried in order, and a `responseHeaders` match needs the header to be present. It can match
   the status code and response headers only, not the reason for the reply.
+* A rule's `principal.headers` matches a request header exactly, one of up to 256 values
+  (authorization_types.go `AuthorizationHeaderMatch`; authorization.go `buildHeadersPredicate`). The RBAC filter
+  reads the request as it is when it runs, after api_key_auth (order 7) wrote the verified client id into
+  `x-actor-id`, replacing any client value (envoy api_key_auth.cc @03503b34 `setCopy`). So the API-key policy
+  suspends on the header: what it holds there is what the API-key filter verified. A `jwt` principal would need
+  a JWT provider in the same policy (the SecurityPolicy's CEL rule), and that policy has none.
 * The only other local 403 on these routes is jwt_authn's audience mismatch, and jwt_authn sets
   `WWW-Authenticate` on every reply it refuses (envoy source/extensions/filters/http/jwt_authn/filter.cc
   `onComplete`; envoy issue 16200) while RBAC sets no header. So the first override keeps an honest
@@ -39,11 +47,27 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.budget_rules import actor_subject
+from core.budget_rules import ACTOR_HEADER
+from core.identity import (
+    API_KEYS,
+    JWT_PROVIDER_NAMES,
+    KUBERNETES,
+    SUBSTRATE,
+    SourceName,
+    actor_header_value,
+    actors_of_source,
+)
 
 SUSPENSION_RULE_PREFIX = "suspended-actors"
+"""The Deny rules of suspended Substrate actors (the name every earlier version gave them)."""
+SUSPENDED_SERVICE_ACCOUNTS_PREFIX = "suspended-service-accounts"
+LISTED_SERVICE_ACCOUNTS_PREFIX = "listed-service-accounts"
+UNLISTED_SERVICE_ACCOUNTS_RULE = "unlisted-service-accounts"
+SUSPENDED_API_KEYS_PREFIX = "suspended-api-keys"
 MAX_CLAIM_VALUES = 128
 """Envoy Gateway v1.9.0 `JWTClaim.values` MaxItems: more suspended actors take more rules."""
+MAX_HEADER_VALUES = 256
+"""Envoy Gateway v1.9.0 `AuthorizationHeaderMatch.values` MaxItems."""
 
 SUSPENDED_ERROR_TYPE = "actor_suspended"
 SUSPENDED_BODY = json.dumps(
@@ -59,60 +83,143 @@ SUSPENDED_BODY = json.dumps(
     },
     separators=(",", ":"),
 )
-TOKEN_REFUSED_BODY = json.dumps(
+REFUSED_BODY = json.dumps(
     {
         "error": {
             "message": (
-                "The actor token was refused (wrong audience for this gateway): %RESPONSE_CODE_DETAILS%. Check "
-                "the audience the egress policy requests."
+                "The gateway refuses this caller: it is suspended (an operator lifts the suspension; its spent "
+                "budget is kept), or it is a Kubernetes service account that is not in agent-budgets:actors."
             ),
-            "type": "invalid_token",
-            "code": "invalid_token",
+            "type": SUSPENDED_ERROR_TYPE,
+            "code": SUSPENDED_ERROR_TYPE,
         }
     },
     separators=(",", ":"),
 )
+"""The 403 body of a stack with Kubernetes service accounts, where RBAC also refuses unlisted ones (the RBAC
+filter's reply carries nothing that tells the two rules apart)."""
+
+
+def _token_refused_body(audience_hint: str) -> str:
+    return json.dumps(
+        {
+            "error": {
+                "message": (
+                    f"The actor token was refused (wrong audience for this gateway): %RESPONSE_CODE_DETAILS%. Check "
+                    f"{audience_hint}."
+                ),
+                "type": "invalid_token",
+                "code": "invalid_token",
+            }
+        },
+        separators=(",", ":"),
+    )
+
+
+TOKEN_REFUSED_BODY = _token_refused_body("the audience the egress policy requests")
+SERVICE_ACCOUNT_TOKEN_REFUSED_BODY = _token_refused_body(
+    "the audience the caller's token was issued for: the egress policy's for a Substrate actor, the projected "
+    "volume's `audience` for a service account"
+)
 
 
 def suspended_subjects(actors: Sequence[str]) -> list[str]:
-    """The JWT subjects of suspended actors, sorted (so reordering the list changes nothing)."""
-    return sorted({actor_subject(actor) for actor in actors})
+    """The `x-actor-id` values of suspended actors, sorted (so reordering the list changes nothing)."""
+    return sorted({actor_header_value(actor) for actor in actors})
 
 
-def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[str, Any]:
-    """The SecurityPolicy `authorization` refusing these actors: one Deny rule per 128 subjects, then Allow for
-    everyone else (only Allow when nobody is suspended, so the listener keeps its RBAC filter)."""
-    subjects = suspended_subjects(actors)
-    rules = [
+def _claim_rules(prefix: str, action: str, provider: str, claim: str, values: Sequence[str]) -> list[dict[str, Any]]:
+    """One rule per 128 values of one claim of one provider's tokens (`<prefix>-<n>`)."""
+    return [
         {
-            "name": f"{SUSPENSION_RULE_PREFIX}-{position}",
-            "action": "Deny",
+            "name": f"{prefix}-{position}",
+            "action": action,
             "principal": {
                 "jwt": {
-                    "provider": jwt_provider,
+                    "provider": provider,
                     "claims": [
-                        {
-                            "name": "sub",
-                            "valueType": "String",
-                            "values": subjects[start : start + MAX_CLAIM_VALUES],
-                        }
+                        {"name": claim, "valueType": "String", "values": list(values[start : start + MAX_CLAIM_VALUES])}
                     ],
                 }
             },
         }
-        for position, start in enumerate(range(0, len(subjects), MAX_CLAIM_VALUES))
+        for position, start in enumerate(range(0, len(values), MAX_CLAIM_VALUES))
     ]
+
+
+def _authorization(rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """Allow by default; the rules first. Present even without rules, so the listener keeps its RBAC filter."""
     return {"defaultAction": "Allow", **({"rules": rules} if rules else {})}
+
+
+def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[str, Any]:
+    """The SecurityPolicy `authorization` refusing these actors' tokens of `jwt_provider`: one Deny rule per 128
+    subjects, then Allow for everyone else (only Allow when nobody is suspended)."""
+    return _authorization(_claim_rules(SUSPENSION_RULE_PREFIX, "Deny", jwt_provider, "sub", suspended_subjects(actors)))
+
+
+def jwt_authorization(
+    sources: Sequence[SourceName], actors: Sequence[str], suspended: Sequence[str], kubernetes_issuer: str
+) -> dict[str, Any]:
+    """The JWT SecurityPolicy's `authorization`, first match wins:
+
+    1. Deny suspended Substrate actors (`suspended-actors-<n>`, as in every earlier version);
+    2. Deny suspended service accounts (`suspended-service-accounts-<n>`);
+    3. Allow the service accounts in `actors` (`listed-service-accounts-<n>`);
+    4. Deny every other token of the Kubernetes provider (`unlisted-service-accounts`, on its issuer claim);
+    then Allow: a verified Substrate actor is admitted by its egress policy already.
+    """
+    rules: list[dict[str, Any]] = []
+    if SUBSTRATE in sources:
+        subjects = suspended_subjects(actors_of_source(suspended, SUBSTRATE))
+        rules += _claim_rules(SUSPENSION_RULE_PREFIX, "Deny", JWT_PROVIDER_NAMES[SUBSTRATE], "sub", subjects)
+    if KUBERNETES in sources:
+        provider = JWT_PROVIDER_NAMES[KUBERNETES]
+        subjects = suspended_subjects(actors_of_source(suspended, KUBERNETES))
+        rules += _claim_rules(SUSPENDED_SERVICE_ACCOUNTS_PREFIX, "Deny", provider, "sub", subjects)
+        listed = sorted({actor_header_value(actor) for actor in actors_of_source(actors, KUBERNETES)})
+        rules += _claim_rules(LISTED_SERVICE_ACCOUNTS_PREFIX, "Allow", provider, "sub", listed)
+        rules.append(
+            {
+                "name": UNLISTED_SERVICE_ACCOUNTS_RULE,
+                "action": "Deny",
+                "principal": {
+                    "jwt": {
+                        "provider": provider,
+                        "claims": [{"name": "iss", "valueType": "String", "values": [kubernetes_issuer]}],
+                    }
+                },
+            }
+        )
+    return _authorization(rules)
+
+
+def api_key_authorization(suspended: Sequence[str]) -> dict[str, Any]:
+    """The API-key SecurityPolicy's `authorization`: Deny suspended API-key actors on the `x-actor-id` the API-key
+    filter wrote (`suspended-api-keys-<n>`, 256 values a rule), Allow everyone else. Always present, so that
+    suspending a key changes route configuration only."""
+    values = suspended_subjects(actors_of_source(suspended, API_KEYS))
+    rules = [
+        {
+            "name": f"{SUSPENDED_API_KEYS_PREFIX}-{position}",
+            "action": "Deny",
+            "principal": {"headers": [{"name": ACTOR_HEADER, "values": values[start : start + MAX_HEADER_VALUES]}]},
+        }
+        for position, start in enumerate(range(0, len(values), MAX_HEADER_VALUES))
+    ]
+    return _authorization(rules)
 
 
 def _json_reply(body: str) -> dict[str, Any]:
     return {"contentType": "application/json", "body": {"type": "Inline", "inline": body}}
 
 
-def suspension_response_overrides() -> list[dict[str, Any]]:
-    """BackendTrafficPolicy `responseOverride` rules giving the suspension's 403 a body that says so."""
+def suspension_response_overrides(sources: Sequence[SourceName] = (SUBSTRATE,)) -> list[dict[str, Any]]:
+    """BackendTrafficPolicy `responseOverride` rules giving the RBAC 403 a body that says why (suspended, or an
+    unlisted service account when that source is on), and keeping an honest one for a token's wrong audience."""
     forbidden = [{"type": "Value", "value": 403}]
     any_value = {"type": "RegularExpression", "value": ".*"}
+    with_kubernetes = KUBERNETES in sources
     return [
         {
             "match": {
@@ -120,12 +227,12 @@ def suspension_response_overrides() -> list[dict[str, Any]]:
                 "responseHeaders": [{"name": "www-authenticate", "value": any_value}],
             },
             "source": "Local",
-            "response": _json_reply(TOKEN_REFUSED_BODY),
+            "response": _json_reply(SERVICE_ACCOUNT_TOKEN_REFUSED_BODY if with_kubernetes else TOKEN_REFUSED_BODY),
         },
         {
             "match": {"statusCodes": forbidden},
             "source": "Local",
-            "response": _json_reply(SUSPENDED_BODY),
+            "response": _json_reply(REFUSED_BODY if with_kubernetes else SUSPENDED_BODY),
         },
     ]
 
@@ -135,13 +242,18 @@ JWT_AUTHN_FILTER = "envoy.filters.http.jwt_authn"
 RBAC_FILTER = "envoy.filters.http.rbac"
 CUSTOM_RESPONSE_FILTER = "envoy.filters.http.custom_response"
 RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
+API_KEY_AUTH_FILTER = "envoy.filters.http.api_key_auth"
 
 
 def _listener_config(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def listener_http_filters(security_policy: Mapping[str, Any], traffic_policy: Mapping[str, Any]) -> dict[str, str]:
+def listener_http_filters(
+    security_policy: Mapping[str, Any],
+    traffic_policy: Mapping[str, Any],
+    api_key_credentials: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The HTTP filters Envoy Gateway v1.9.0 puts in the listener for the program's two Gateway-wide policies,
     each with what its listener-level configuration is built from (JSON). The per-route parts (RBAC rules,
     rate-limit descriptors) are left out: changing them changes route configuration only.
@@ -150,12 +262,16 @@ def listener_http_filters(security_policy: Mapping[str, Any], traffic_policy: Ma
     jwt.go (one jwt_authn filter holding every provider), authorization.go (an empty RBAC filter while any
     route has an authorization), custom_response.go (one filter per response override, named after its
     policy, holding its rules), ratelimit.go (one filter per shared-rule domain, `<ns>/<name>`, and one for the
-    non-shared rules).
+    non-shared rules), api_key_auth.go (one api_key_auth filter, built from the first route's API-key settings with
+    every credential of its Secrets: `api_key_credentials`, key → client id, so a key change is a listener change).
     """
     filters: dict[str, str] = {}
     security, traffic = security_policy["spec"], traffic_policy["spec"]
     if security.get("jwt"):
         filters[JWT_AUTHN_FILTER] = _listener_config(security["jwt"].get("providers"))
+    if security.get("apiKeyAuth"):
+        settings = {key: value for key, value in security["apiKeyAuth"].items() if key != "credentialRefs"}
+        filters[API_KEY_AUTH_FILTER] = _listener_config({**settings, "credentials": dict(api_key_credentials or {})})
     if security.get("authorization") is not None:
         filters[RBAC_FILTER] = _listener_config({})
     if traffic.get("responseOverride"):

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core import xds_size
-from core.budget_rules import BudgetRules, compile_budget_rules
+from core.budget_rules import ACTOR_HEADER, BudgetRules, compile_budget_rules
 from core.config_messages import aliases, describe_field_error, flat_key_problem, unknown_key_problem
 from core.config_text import reported_elsewhere, text_problems
 from core.cross_checks import (
@@ -36,7 +36,8 @@ from core.cross_checks import (
     price_warnings,
 )
 from core.egress import EgressPolicySettings, settings_problems
-from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME
+from core.identity import API_KEYS, SUBSTRATE, actors_of_source
+from core.manifests import API_KEY_LENGTH, BUDGET_POLICY_NAME, api_key_client_id
 from core.money import MoneyError, route_cost_entry
 from core.problems import PROJECT, ConfigError, Problem
 from core.settings import (
@@ -45,13 +46,14 @@ from core.settings import (
     PROVIDER_DEFAULT_HOSTS,
     SECRET_PLACEHOLDER,
     GatewaySettings,
+    IdentitySettings,
     ModelPrices,
     PlatformSettings,
     Route,
     StackSettings,
     secret_set_command,
 )
-from core.suspension import suspension_authorization
+from core.suspension import api_key_authorization, jwt_authorization
 
 SecretState = Callable[[str], tuple[bool, bool]]  # config key → (is set, is secret)
 
@@ -216,11 +218,12 @@ def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> l
 
 
 def egress_settings(settings: StackSettings) -> EgressPolicySettings:
-    """The plain settings of the egress policies: every actor's, sharded by the component."""
+    """The plain settings of the egress policies: every Substrate actor's (the other identity sources reach the
+    gateway without Substrate), sharded by the component."""
     egress = settings.substrate.egress
     provider_hosts = [h for h in (p.effective_hostname for p in settings.providers) if h]
     return EgressPolicySettings(
-        actors=list(settings.actors),
+        actors=settings.actors_of(SUBSTRATE),
         gateway_hostname=GATEWAY_HOSTNAME,
         gateway_port=settings.gateway.port,
         audiences=[settings.substrate.audience],
@@ -236,9 +239,14 @@ def egress_settings(settings: StackSettings) -> EgressPolicySettings:
     )
 
 
+def manages_egress_policies(settings: StackSettings) -> bool:
+    """Whether the stack holds Substrate egress policies: Substrate is a source and its egress policies are on."""
+    return settings.identity.uses(SUBSTRATE) and settings.substrate.egress.enabled
+
+
 def egress_problems(settings: StackSettings) -> list[Problem]:
     """Substrate's own constraints on the egress policies (a backstop behind the field checks)."""
-    if not settings.substrate.egress.enabled:
+    if not manages_egress_policies(settings):
         return []
     return [
         Problem(EGRESS_INPUT_KEYS.get(problem.field, "substrate.egress"), problem.message)
@@ -247,32 +255,38 @@ def egress_problems(settings: StackSettings) -> list[Problem]:
 
 
 def message_estimate(
-    rules: BudgetRules, routes: Sequence[Route], providers: int, gateway: GatewaySettings, suspended: Sequence[str]
+    rules: BudgetRules,
+    routes: Sequence[Route],
+    providers: int,
+    gateway: GatewaySettings,
+    identity: IdentitySettings,
+    actors: Sequence[str],
+    suspended: Sequence[str],
 ) -> xds_size.MessageEstimate:
-    """The extension-server message these budgets, routes and suspensions make (core.xds_size)."""
+    """The extension-server message these budgets, routes, identity sources and suspensions make (core.xds_size)."""
+    api_key_bytes: int | None = None
+    if identity.api_keys_enabled:
+        credentials = [(api_key_client_id(actor), API_KEY_LENGTH) for actor in actors_of_source(actors, API_KEYS)]
+        api_key_bytes = xds_size.api_key_auth_route_bytes(
+            credentials, identity.api_keys.headers, ACTOR_HEADER, True
+        ) + xds_size.authorization_route_bytes(api_key_authorization(suspended))
     return xds_size.estimate_message(
         gateway.namespace,
         BUDGET_POLICY_NAME,
         rules.specs(),
         xds_size.route_layout(routes, providers),
-        suspension_authorization(suspended, JWT_PROVIDER_NAME),
+        jwt_authorization(identity.jwt_sources, actors, suspended, identity.kubernetes.issuer),
+        api_key_bytes,
+        jwt_listener=bool(identity.jwt_sources),
     )
 
 
-def message_size_problems(
-    rules: BudgetRules,
-    routes: list[Route],
-    providers: int,
-    platform: PlatformSettings,
-    gateway: GatewaySettings,
-    suspended: Sequence[str] = (),
-) -> list[Problem]:
+def message_size_problems(estimate: xds_size.MessageEstimate, platform: PlatformSettings) -> list[Problem]:
     """The extension-server message must fit the configured cap with headroom (docs/message-size.md).
 
     Envoy Gateway copies every budget rule into each model route and sends all routes to Agent Router in
     one message; over the cap, the hook fails and no later change reaches Envoy (core.xds_size).
     """
-    estimate = message_estimate(rules, routes, providers, gateway, suspended)
     limit = platform.extension_message_bytes
     needed = estimate.required_limit()
     if needed <= limit:
@@ -287,7 +301,7 @@ def message_size_problems(
                 f"needs {xds_size.HEADROOM:g}x that, {needed:,} bytes. Raise platform.extensionMessageLimit to "
                 f"{suggestion} or more, or carry fewer bytes per route: fewer model names in routes (each one "
                 f"carries every rule), fewer limits per budget (each is one more rule), fewer budget classes or "
-                "class members, fewer suspended actors "
+                "class members, fewer suspended actors, service accounts or API keys "
                 "(docs/message-size.md)"
             ),
         )
@@ -325,11 +339,12 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
     if budgets is not None and budgets.uses_usd and routes is not None and prices is not None:
         findings.problems.extend(route_cost_problems(routes, prices))
 
-    routes, providers, platform, gateway, suspended = (
-        view.typed(key) for key in ("routes", "providers", "platform", "gateway", "suspended")
+    routes, providers, platform, gateway, identity, actors, suspended = (
+        view.typed(key) for key in ("routes", "providers", "platform", "gateway", "identity", "actors", "suspended")
     )
-    if rules is not None and None not in (routes, providers, platform, gateway, suspended):
-        findings.problems.extend(message_size_problems(rules, routes, len(providers), platform, gateway, suspended))
+    if rules is not None and None not in (routes, providers, platform, gateway, identity, actors, suspended):
+        estimate = message_estimate(rules, routes, len(providers), gateway, identity, actors, suspended)
+        findings.problems.extend(message_size_problems(estimate, platform))
 
     if view.typed("providers") is not None and view.typed("redis") is not None:
         findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))
@@ -353,6 +368,7 @@ __all__ = [
     "ValidatedStack",
     "egress_problems",
     "egress_settings",
+    "manages_egress_policies",
     "message_estimate",
     "message_size_problems",
     "parse_settings",

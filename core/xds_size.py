@@ -40,6 +40,7 @@ live Envoy Gateway.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -284,21 +285,21 @@ def _claim_predicate(provider: str, claim_path: Sequence[str], value: str) -> in
     return length_delimited(1, single)
 
 
-def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
-    """The bytes of the `envoy.filters.http.rbac` entry a SecurityPolicy `authorization` adds to every
-    Envoy route it covers (0 without one).
+HTTP_HEADER_INPUT_TYPE_URL = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
 
-    Follows Envoy Gateway v1.9.0 `internal/xds/translator/authorization.go` (`buildRBACPerRoute`,
-    `buildJWTPredicate`) for what agent-budgets writes: Deny/Allow rules whose principal is one JWT claim of
-    String values (several values are ORed, one value is a single predicate), and a default action.
-    """
-    if not authorization:
-        return 0
-    matchers = 0
-    for rule in authorization.get("rules") or []:
-        principal = rule.get("principal") or {}
-        if set(principal) != {"jwt"} or rule.get("operation") or rule.get("cel"):
-            raise ValueError("the size model covers authorization rules on JWT claims only")
+
+def _header_predicate(header: str, value: str) -> int:
+    """Predicate payload: single_predicate=1 {input=1 `http_header` HttpRequestHeaderMatchInput{header_name=1},
+    value_match=2 StringMatcher{exact=1}} (authorization.go `buildHTTPHeaderSinglePredicate`)."""
+    header_input = _typed_extension("http_header", HTTP_HEADER_INPUT_TYPE_URL, string_field(1, header))
+    single = length_delimited(1, header_input) + length_delimited(2, string_field(1, value, in_oneof=True))
+    return length_delimited(1, single)
+
+
+def _principal_predicate(principal: Mapping[str, Any]) -> int:
+    """The predicate payload of a rule's principal: one JWT claim, or one request header, of String values (several
+    values are ORed; one value is a single predicate)."""
+    if set(principal) == {"jwt"}:
         jwt = principal["jwt"]
         claims = jwt.get("claims") or []
         if len(claims) != 1 or jwt.get("scopes") or claims[0].get("valueType", "String") != "String":
@@ -306,7 +307,29 @@ def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
         claim = claims[0]
         path = str(claim["name"]).split(".")
         values = [_claim_predicate(str(jwt["provider"]), path, str(value)) for value in claim["values"]]
-        predicate = values[0] if len(values) == 1 else length_delimited(2, sum(length_delimited(1, v) for v in values))
+    elif set(principal) == {"headers"} and len(principal["headers"]) == 1:
+        [header] = principal["headers"]
+        values = [_header_predicate(str(header["name"]), str(value)) for value in header["values"]]
+    else:
+        raise ValueError("the size model covers authorization rules on one JWT claim or one header only")
+    return values[0] if len(values) == 1 else length_delimited(2, sum(length_delimited(1, v) for v in values))
+
+
+def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
+    """The bytes of the `envoy.filters.http.rbac` entry a SecurityPolicy `authorization` adds to every
+    Envoy route it covers (0 without one).
+
+    Follows Envoy Gateway v1.9.0 `internal/xds/translator/authorization.go` (`buildRBACPerRoute`,
+    `buildJWTPredicate`, `buildHeadersPredicate`) for what agent-budgets writes: Deny/Allow rules whose principal is
+    one JWT claim or one request header of String values, and a default action.
+    """
+    if not authorization:
+        return 0
+    matchers = 0
+    for rule in authorization.get("rules") or []:
+        if rule.get("operation") or rule.get("cel"):
+            raise ValueError("the size model covers authorization rules on a principal only")
+        predicate = _principal_predicate(rule.get("principal") or {})
         field_matcher = length_delimited(1, predicate) + length_delimited(
             2, _on_match_action(str(rule.get("name", "")), rule.get("action") == "Allow")
         )
@@ -317,6 +340,32 @@ def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
     per_route = length_delimited(2, rbac)  # RBACPerRoute.rbac=2
     entry = string_field(1, RBAC_FILTER) + length_delimited(2, _any(RBAC_PER_ROUTE_TYPE_URL, per_route))
     return length_delimited(13, entry)  # Route.typed_per_filter_config=13
+
+
+API_KEY_AUTH_FILTER = "envoy.filters.http.api_key_auth"
+API_KEY_AUTH_PER_ROUTE_TYPE_URL = "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute"
+
+
+def api_key_auth_route_bytes(
+    credentials: Sequence[tuple[str, int]], headers: Sequence[str], forward_header: str, sanitize: bool
+) -> int:
+    """The bytes of the `envoy.filters.http.api_key_auth` entry an `apiKeyAuth` adds to every Envoy route it covers:
+    every credential (client id, key length) of every referenced Secret, inlined in each route.
+
+    Follows Envoy Gateway v1.9.0 `internal/xds/translator/api_key_auth.go` (`buildAPIKeyAuthFilterPerRouteConfig`:
+    credentials, one key source per header, forwarding when a header or sanitize is set) and envoy
+    api/envoy/extensions/filters/http/api_key_auth/v3/api_key_auth.proto: ApiKeyAuthPerRoute{credentials=1
+    Credential{key=1, client=2}, key_sources=2 KeySource{header=1}, forwarding=4 Forwarding{header=1,
+    hide_credentials=2}}.
+    """
+    payload = sum(
+        length_delimited(1, length_delimited(1, key) + string_field(2, client)) for client, key in credentials
+    )
+    payload += sum(length_delimited(2, string_field(1, header)) for header in headers)
+    if forward_header or sanitize:
+        payload += length_delimited(4, string_field(1, forward_header) + bool_field(2, sanitize))
+    entry = string_field(1, API_KEY_AUTH_FILTER) + length_delimited(2, _any(API_KEY_AUTH_PER_ROUTE_TYPE_URL, payload))
+    return length_delimited(13, entry)
 
 
 @dataclass(frozen=True)
@@ -348,11 +397,22 @@ class MessageEstimate:
     rate_limit_bytes_per_route: int
     layout: RouteLayout
     authorization_bytes_per_route: int = 0
-    """The suspension's RBAC config, on every Envoy route (model routes and catch-alls)."""
+    """The JWT policy's RBAC config (suspensions, the service-account allowlist), on every Envoy route of the JWT
+    listener (model routes and catch-alls)."""
+    api_key_bytes_per_route: int | None = None
+    """The API-key policy's config (every key, its RBAC), on every Envoy route of the API-key listener; None when
+    the Gateway has no such listener."""
+    jwt_listener: bool = True
+    """Whether the Gateway has the JWT listener (a stack of API keys alone has only the API-key listener)."""
+
+    @property
+    def listeners(self) -> int:
+        """Gateway listeners: every model route is built once on each (internal/gatewayapi route attachment)."""
+        return int(self.jwt_listener) + int(self.api_key_bytes_per_route is not None)
 
     @property
     def rate_limit_bytes(self) -> int:
-        return self.rate_limit_bytes_per_route * self.layout.model_routes
+        return self.rate_limit_bytes_per_route * self.layout.model_routes * self.listeners
 
     def required_limit(self, headroom: float = HEADROOM) -> int:
         """The smallest message limit that keeps the headroom."""
@@ -361,17 +421,22 @@ class MessageEstimate:
     def describe(self) -> str:
         """One line naming every term, for messages and docs."""
         layout = self.layout
+        routes = layout.model_routes + layout.catch_all_routes
         suspension = (
-            f", {layout.model_routes + layout.catch_all_routes} route(s) x "
-            f"{format_bytes(self.authorization_bytes_per_route)} of suspension rules"
-            if self.authorization_bytes_per_route
+            f", {routes} route(s) x {format_bytes(self.authorization_bytes_per_route)} of suspension rules"
+            if self.authorization_bytes_per_route and self.jwt_listener
             else ""
         )
+        api_keys = (
+            f", {routes} API-key route(s) x {format_bytes(self.api_key_bytes_per_route)} of API keys and their rules"
+            if self.api_key_bytes_per_route is not None
+            else ""
+        )
+        per_listener = f" on each of {self.listeners} listeners" if self.listeners > 1 else ""
         return (
-            f"{format_bytes(self.total_bytes)}: {layout.model_routes} model route(s) x "
-            f"{format_bytes(self.rate_limit_bytes_per_route)} of rate-limit rules{suspension}, plus allowances for "
-            f"{layout.model_routes + layout.catch_all_routes} Envoy route(s), {layout.providers} provider(s) "
-            "and the listeners"
+            f"{format_bytes(self.total_bytes)}: {layout.model_routes} model route(s){per_listener} x "
+            f"{format_bytes(self.rate_limit_bytes_per_route)} of rate-limit rules{suspension}{api_keys}, plus "
+            f"allowances for {routes * self.listeners} Envoy route(s), {layout.providers} provider(s) and the listeners"
         )
 
 
@@ -381,27 +446,33 @@ def estimate_message(
     rule_specs: Sequence[Mapping[str, Any]],
     layout: RouteLayout,
     authorization: Mapping[str, Any] | None = None,
+    api_key_bytes_per_route: int | None = None,
+    jwt_listener: bool = True,
 ) -> MessageEstimate:
     """The size of Envoy Gateway's PostTranslateModifyRequest for this policy on this route layout, with
-    the Gateway-wide SecurityPolicy `authorization` (the suspensions) when there is one."""
+    the Gateway-wide SecurityPolicy `authorization` (the suspensions) when there is one, and the API-key listener's
+    per-route bytes (`api_key_auth_route_bytes` plus its own authorization) when the Gateway has that listener."""
     per_route = sum(rate_limit_domains(policy_namespace, policy_name, rule_specs).values())
     suspension = authorization_route_bytes(authorization)
-    return MessageEstimate(
-        total_bytes=_message_bytes(per_route, layout, suspension),
-        rate_limit_bytes_per_route=per_route,
-        layout=layout,
-        authorization_bytes_per_route=suspension,
-    )
+    estimate = MessageEstimate(0, per_route, layout, suspension, api_key_bytes_per_route, jwt_listener)
+    return dataclasses.replace(estimate, total_bytes=_message_bytes(estimate))
 
 
-def _message_bytes(rate_limit_bytes_per_route: int, layout: RouteLayout, suspension_bytes_per_route: int) -> int:
-    """The message: the allowances, the suspension on every Envoy route, the rate limits on every model route."""
+def _message_bytes(estimate: MessageEstimate) -> int:
+    """The message: the allowances, then per listener its security config on every Envoy route and the rate limits
+    on every model route (the rate-limit rules are the same on both listeners: the policy targets the Gateway)."""
+    layout = estimate.layout
     routes = layout.model_routes + layout.catch_all_routes
+    per_listener: list[int] = []
+    if estimate.jwt_listener:
+        per_listener.append(estimate.authorization_bytes_per_route)
+    if estimate.api_key_bytes_per_route is not None:
+        per_listener.append(estimate.api_key_bytes_per_route)
     return (
         BASE_ALLOWANCE
         + layout.providers * PROVIDER_ALLOWANCE
-        + routes * (ROUTE_ALLOWANCE + suspension_bytes_per_route)
-        + layout.model_routes * rate_limit_bytes_per_route
+        + sum(routes * (ROUTE_ALLOWANCE + security) for security in per_listener)
+        + len(per_listener) * layout.model_routes * estimate.rate_limit_bytes_per_route
     )
 
 
@@ -412,8 +483,8 @@ def model_names_that_fit(rate_limit_bytes_per_route: int, limit: int, providers:
     def fits(models: int) -> bool:
         routes = -(-models // MAX_MODELS_PER_ROUTE)
         layout = RouteLayout(model_routes=models, catch_all_routes=routes, providers=providers)
-        total = _message_bytes(rate_limit_bytes_per_route, layout, 0)
-        return MessageEstimate(total, rate_limit_bytes_per_route, layout).required_limit() <= limit
+        estimate = MessageEstimate(0, rate_limit_bytes_per_route, layout)
+        return dataclasses.replace(estimate, total_bytes=_message_bytes(estimate)).required_limit() <= limit
 
     low, high = 0, 1
     while fits(high):

@@ -55,10 +55,8 @@ from core.budget_rules import (
     MAX_VALUE_LENGTH,
     MODEL_HEADER,
     POOL_SLOTS_ANNOTATION,
-    SUBJECT_PREFIX,
     TOKEN_COST_TYPES,
     TOKEN_METADATA_KEYS,
-    actor_subject,
 )
 from core.egress import (
     AUTH_HEADER,
@@ -75,12 +73,15 @@ from core.egress import (
     patterns_overlap,
 )
 from core.filter_chain import (
+    API_KEY_AUTH,
     CUSTOM_RESPONSE,
     IDENTITY_BEFORE_AGENT_ROUTER,
     JWT_AUTHN,
     identity_filters_after_agent_router,
     listener_chain,
 )
+from core.identity import API_KEYS, ActorIdError, SourceName, actor_header_value, parse_actor_id, parse_header_value
+from core.manifests import ACTOR_ID_ANNOTATION
 from core.money import USD_METADATA_KEY
 from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
 from core.ratelimit_model import (
@@ -99,13 +100,17 @@ EGRESS_SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 # The chart's last path segment (`gateway-helm`): a release may name it by OCI reference or repo/chart.
 ENVOY_GATEWAY_CHART_NAME = ENVOY_GATEWAY_CHART.rstrip("/").rsplit("/", 1)[-1]
-DEFAULT_DEV_STACKS: tuple[str, ...] = ("dev",)
+DEFAULT_DEV_STACKS: tuple[str, ...] = ("dev", "dev-kubernetes")
 AUTHORIZATION = AUTH_HEADER.lower()
 GATEWAY_AUDIENCE = ", ".join(DEFAULT_AUDIENCES)
 # Kinds whose BackendTrafficPolicy overrides a Gateway-level one unless it sets mergeType.
 ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute"})
-# A subject in no budget class: it must land in the default budget's rules like any unlisted actor.
-PROBE_ACTOR = "policy-probe/unlisted-actor"
+# One caller of each identity source in no budget class: each must land in the default budget's rules like any
+# unlisted actor.
+PROBE_SUBJECTS = tuple(
+    actor_header_value(actor)
+    for actor in ("policy-probe/unlisted-actor", "serviceaccount:policy-probe/unlisted", "apikey:policy-probe-unlisted")
+)
 # What a budget rule may charge, and how Agent Router must compute each (AIGatewayRoute llmRequestCosts type).
 BUDGET_COST_TYPES: dict[str, str] = {
     **{TOKEN_METADATA_KEYS[kind]: TOKEN_COST_TYPES[kind] for kind in TOKEN_KINDS},
@@ -507,11 +512,27 @@ def _translation_problems(resource: Resource) -> list[str]:
 _RESPONSE_KEYS = re.compile(r"response", re.IGNORECASE)
 
 
+def _names_api_key_actor(resource: Resource, path: tuple[str, ...]) -> bool:
+    """`spec.apiKeyAuth` of a SecurityPolicy without `jwt`: where a verified API key's client id may name the actor.
+
+    Envoy's api_key_auth filter (order 7) writes the client id with `setCopy`, replacing a client-sent value
+    (envoy api_key_auth.cc @03503b34); jwt_authn (order 10) would remove it again if the same routes had a JWT
+    requirement (envoyproxy/gateway v1.9.0 internal/xds/translator/httpfilters.go, envoy jwt_authn extractor
+    `sanitizeHeaders`).
+    """
+    return (
+        resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy")
+        and path == ("spec", "apiKeyAuth")
+        and "jwt" not in resource.spec
+    )
+
+
 def check_actor_header_untouched(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """Nothing but the JWT filter sets `x-actor-id`, and nothing removes it on the way to the provider.
+    """Nothing but a verified identity sets `x-actor-id` (the JWT filter's claim copy, or the API-key filter's client
+    id in a SecurityPolicy without jwt), and nothing removes it on the way to the provider.
 
     The only allowed touch is the ClientTrafficPolicy's `earlyRequestHeaders.remove`, which drops a
-    client-sent value before the JWT filter runs.
+    client-sent value before any filter runs.
     """
     del config
     if not resource.is_kubernetes or resource.kind in ("Secret", "ConfigMap"):
@@ -537,10 +558,12 @@ def check_actor_header_untouched(resource: Resource, config: Mapping[str, Any]) 
                         f"{who}: {where}.{verb} writes {ACTOR_HEADER}: only the verified JWT subject may set it, "
                         "or a request could spend another actor's budget. Remove that entry"
                     )
-        if lower(node.get("forwardClientIDHeader")) == ACTOR_HEADER:
+        if lower(node.get("forwardClientIDHeader")) == ACTOR_HEADER and not _names_api_key_actor(resource, path):
             problems.append(
-                f"{who}: {where}.forwardClientIDHeader writes {ACTOR_HEADER}: only the verified JWT subject "
-                "may set it. Forward the client ID in another header"
+                f"{who}: {where}.forwardClientIDHeader writes {ACTOR_HEADER}: only a verified identity may set it, "
+                "and an API key's client id does so only from the apiKeyAuth of a SecurityPolicy without jwt (with "
+                f"jwt, the JWT filter erases {ACTOR_HEADER} after the API-key filter wrote it). Forward the client ID "
+                "in another header, or move apiKeyAuth to a SecurityPolicy of its own"
             )
         if any(lower(h) == ACTOR_HEADER for h in as_list(node.get("headersToBackend"))):
             problems.append(
@@ -601,11 +624,15 @@ def check_body_mutations_keep_usage(resource: Resource, config: Mapping[str, Any
 
 
 def check_suspension_keeps_the_listener(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """The JWT SecurityPolicy always has an `authorization` and the budget policy always has its response
-    overrides, so that suspending or lifting an actor changes route configuration only (core/suspension.py)."""
+    """The JWT and API-key SecurityPolicies always have an `authorization` and the budget policy always has its
+    response overrides, so that suspending or lifting an actor changes route configuration only
+    (core/suspension.py)."""
     del config
     who = resource.describe()
-    if resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy") and isinstance(resource.spec.get("jwt"), dict):
+    names_by_key = lower(dig(resource.spec, "apiKeyAuth", "forwardClientIDHeader")) == ACTOR_HEADER
+    if resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy") and (
+        isinstance(resource.spec.get("jwt"), dict) or names_by_key
+    ):
         authorization = resource.spec.get("authorization")
         if authorization is None:
             return [
@@ -623,19 +650,24 @@ def check_suspension_keeps_the_listener(resource: Resource, config: Mapping[str,
     return []
 
 
-# The filters every listener of the program has (core/suspension.py): the budget policy's custom_response,
-# the JWT filter, RBAC (the kill switch) and the shared rate limit.
-_PROGRAM_LISTENER_FILTERS = (
-    f"{CUSTOM_RESPONSE}/backendtrafficpolicy/budget",
-    JWT_AUTHN,
-    "envoy.filters.http.rbac",
-    "envoy.filters.http.ratelimit/budget",
+# The filters of each listener the program can have (core/suspension.py): the budget policy's custom_response, the
+# identity filter (the JWT filter, or on the API-key listener the API-key filter), RBAC (the kill switch) and the
+# shared rate limit.
+_PROGRAM_LISTENERS = tuple(
+    (
+        f"{CUSTOM_RESPONSE}/backendtrafficpolicy/budget",
+        identity,
+        "envoy.filters.http.rbac",
+        "envoy.filters.http.ratelimit/budget",
+    )
+    for identity in (JWT_AUTHN, API_KEY_AUTH)
 )
 
 
 def check_agent_router_after_identity(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """An EnvoyProxy orders custom_response after the JWT filter, so that Agent Router's processor (inserted
-    before custom_response) runs after the filter that sets `x-actor-id` (core/filter_chain.py)."""
+    """An EnvoyProxy orders custom_response after the identity filters (the JWT filter, and on the API-key listener
+    the API-key filter), so that Agent Router's processor (inserted before custom_response) runs after the filter
+    that sets `x-actor-id` on every listener (core/filter_chain.py)."""
     del config
     if not resource.is_kind("gateway.envoyproxy.io", "EnvoyProxy"):
         return []
@@ -643,8 +675,13 @@ def check_agent_router_after_identity(resource: Resource, config: Mapping[str, A
     if has_unknown(filter_order):
         return []
     positions = [as_dict(position) for position in as_list(filter_order)]
-    chain = listener_chain(_PROGRAM_LISTENER_FILTERS, positions)
-    late = identity_filters_after_agent_router(chain)
+    late = sorted(
+        {
+            name
+            for filters in _PROGRAM_LISTENERS
+            for name in identity_filters_after_agent_router(listener_chain(filters, positions))
+        }
+    )
     if not late:
         return []
     return [
@@ -655,14 +692,30 @@ def check_agent_router_after_identity(resource: Resource, config: Mapping[str, A
     ]
 
 
+def _api_key_problems(resource: Resource, who: str) -> list[str]:
+    """An API-key SecurityPolicy that names the actor: the agent's key removed before the request goes upstream,
+    and the suspension rules."""
+    api_key_auth = as_dict(resource.spec.get("apiKeyAuth"))
+    problems: list[str] = []
+    sanitize = api_key_auth.get("sanitize")
+    if sanitize is not True and not has_unknown(sanitize):
+        problems.append(
+            f"{who}: apiKeyAuth.sanitize is not true: the agent's API key would travel upstream to the model provider "
+            "(only authorization is removed by the AIServiceBackends). Set apiKeyAuth.sanitize: true"
+        )
+    return problems + _authorization_problems(resource, who, [])
+
+
 def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> list[str]:
     """A JWT SecurityPolicy: a valid token required (neither `optional` nor `failOpen`), audiences on every
-    provider, and `sub` → `x-actor-id`."""
+    provider, and `sub` → `x-actor-id`. An API-key SecurityPolicy naming the actor: the key removed upstream."""
     del config
     if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
         return []
     jwt = resource.spec.get("jwt")
     if not isinstance(jwt, dict):
+        if lower(dig(resource.spec, "apiKeyAuth", "forwardClientIDHeader")) == ACTOR_HEADER:
+            return _api_key_problems(resource, resource.describe())
         return []
     who = resource.describe()
     problems: list[str] = []
@@ -698,12 +751,19 @@ def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> 
     return problems
 
 
+def _source_of(value: Any) -> SourceName | None:
+    """The identity source whose verified callers carry `x-actor-id: value`, or None when none gives that value."""
+    caller = parse_header_value(value) if isinstance(value, str) else None
+    return caller.source if caller is not None else None
+
+
 def _authorization_problems(resource: Resource, who: str, providers: list[dict[str, Any]]) -> list[str]:
-    """The kill switch on the JWT SecurityPolicy: Deny rules on the verified `sub`, Allow for everyone else.
+    """The kill switch on a SecurityPolicy: Deny rules on the verified `sub` (JWT policy) or on the `x-actor-id` the
+    API-key filter wrote (API-key policy), Allow for everyone else.
 
     Envoy Gateway v1.9.0 (api/v1alpha1/authorization_types.go): rules are first-match, `defaultAction` is
-    Deny when left out, a JWT principal reads claims of a provider of the same policy, and a String claim
-    must equal one of the values exactly.
+    Deny when left out, a JWT principal reads claims of a provider of the same policy, and a String claim (or a
+    header) must equal one of the values exactly.
     """
     authorization = resource.spec.get("authorization")
     if not isinstance(authorization, dict):
@@ -732,7 +792,26 @@ def _authorization_problems(resource: Resource, who: str, providers: list[dict[s
             continue
         jwt = as_dict(dig(rule, "principal", "jwt"))
         sub_claims = [c for c in as_list(jwt.get("claims")) if isinstance(c, dict) and c.get("name") == "sub"]
+        header_values = [
+            value
+            for match in as_list(dig(rule, "principal", "headers"))
+            if isinstance(match, dict) and lower(match.get("name")) == ACTOR_HEADER
+            for value in as_list(match.get("values"))
+        ]
+        if header_values:
+            strays = [v for v in header_values if _source_of(v) != API_KEYS]
+            if strays:
+                problems.append(
+                    f"{where} denies {ACTOR_HEADER} values {strays[:3]} that no API key's client id carries (an API "
+                    f"key names its actor {actor_header_value('apikey:ci-bot')!r}), so nobody is suspended. Write "
+                    f"e.g. {actor_header_value('apikey:ci-bot')!r} ({PROJECT}:suspended lists apikey:ci-bot)"
+                )
         if not sub_claims:
+            if header_values and allowed_before:
+                problems.append(
+                    f"{where} comes after Allow rule(s) {allowed_before}: rules are first-match, so an actor an "
+                    "earlier Allow rule admits is never suspended. Put the suspension rules first"
+                )
             continue
         if jwt.get("provider") not in names:
             problems.append(
@@ -745,12 +824,13 @@ def _authorization_problems(resource: Resource, who: str, providers: list[dict[s
                 problems.append(
                     f"{where} matches sub as {claim.get('valueType')}: the subject is one string. Use valueType String"
                 )
-            strays = [v for v in as_list(claim.get("values")) if not str(v).startswith(SUBJECT_PREFIX)]
+            strays = [v for v in as_list(claim.get("values")) if _source_of(v) in (None, API_KEYS)]
             if strays:
                 problems.append(
-                    f"{where} denies subjects {strays[:3]} that no actor token carries: Substrate's subject is "
-                    f"{SUBJECT_PREFIX}<atespace>/<name>, so these actors are not suspended. Write e.g. "
-                    f"{actor_subject('agents/actor-c')!r} ({PROJECT}:suspended lists agents/actor-c)"
+                    f"{where} denies subjects {strays[:3]} that no verified token carries: a Substrate actor's subject "
+                    f"is {actor_header_value('agents/actor-c')!r}, a service account's "
+                    f"{actor_header_value('serviceaccount:agents/bot')!r}, so these actors are not suspended. Write "
+                    f"e.g. {actor_header_value('agents/actor-c')!r} ({PROJECT}:suspended lists agents/actor-c)"
                 )
         if allowed_before:
             problems.append(
@@ -1103,7 +1183,7 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
                 owners[key] = policy.resource
         problems.extend(_cap_problems(policy))
     problems.extend(_jwt_presence_problems(resources, budget_policies))
-    actors = sorted({ref for r in resources if is_egress_policy(r) for ref in egress_actors(r)})
+    subjects = known_subjects(resources)
     for policy in budget_policies:
         if not all(well_formed(rule) for rule in policy.rules):
             continue  # the API server refuses it by its CRD schema
@@ -1121,17 +1201,21 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         model = PolicyModel(namespace, name, actor_rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
         slots, pools = limit_slots(policy.resource), pool_slots(policy.resource)
         admission_of_rule = [admitted_actors(rule) for rule in actor_rules]
-        for actor in [*actors, PROBE_ACTOR]:
+        probe_reported = False
+        for subject in [*subjects, *PROBE_SUBJECTS]:
+            if probe_reported and subject in PROBE_SUBJECTS:
+                continue  # one message for callers in no class, whichever source shows it first
             # A pool's rules charge its members on top of their own budget: they are not one of its budgets.
-            applied = [
-                rule for rule in model.for_actor(actor_subject(actor)) if not in_pool_block(rule.index, slots, pools)
-            ]
+            applied = [rule for rule in model.for_actor(subject) if not in_pool_block(rule.index, slots, pools)]
             blocks = {rule.index // slots for rule in applied}
             admissions = {admission_of_rule[rule.index] for rule in applied}
             budgets = max(len(blocks), len(admissions))
             if budgets == 1:
                 continue  # one budget: all its limits (its windows, tokens and usd) apply, as they should
-            who = "an actor in no budget class" if actor == PROBE_ACTOR else f"actor {actor}"
+            caller = parse_header_value(subject)
+            named = caller.actor_id if caller is not None else subject
+            who = "an actor in no budget class" if subject in PROBE_SUBJECTS else f"actor {named}"
+            probe_reported = probe_reported or subject in PROBE_SUBJECTS
             if not applied:
                 message = (
                     f"{policy.resource.describe()}: {who} falls in no budget rule, so its calls are not "
@@ -1146,6 +1230,34 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
                 )
             problems.append(StackProblem(message, policy.resource.urn))
     return problems
+
+
+def known_subjects(resources: Sequence[Resource]) -> list[str]:
+    """The `x-actor-id` of every actor the stack names: each Substrate actor of an egress-policy shard, each
+    service account a JWT policy's Allow rule admits, each API-key actor a Secret is annotated with."""
+    subjects: set[str] = set()
+    for resource in resources:
+        if is_egress_policy(resource):
+            subjects.update(actor_header_value(actor) for actor in egress_actors(resource) if _is_actor_id(actor))
+        elif resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
+            for rule in as_list(dig(resource.spec, "authorization", "rules")):
+                if isinstance(rule, dict) and rule.get("action") == "Allow":
+                    for claim in as_list(dig(rule, "principal", "jwt", "claims")):
+                        if isinstance(claim, dict) and claim.get("name") == "sub":
+                            subjects.update(v for v in as_list(claim.get("values")) if _source_of(v) is not None)
+        elif resource.is_kubernetes and resource.kind == "Secret":
+            actor = dig(resource.props, "metadata", "annotations", ACTOR_ID_ANNOTATION)
+            if isinstance(actor, str) and _is_actor_id(actor):
+                subjects.add(actor_header_value(actor))
+    return sorted(subjects)
+
+
+def _is_actor_id(text: str) -> bool:
+    try:
+        parse_actor_id(text)
+    except ActorIdError:
+        return False
+    return True
 
 
 def limit_slots(resource: Resource) -> int:
@@ -1286,13 +1398,21 @@ def _cap_problems(policy: _BudgetPolicy) -> list[StackProblem]:
     return problems
 
 
+def names_actor(resource: Resource) -> bool:
+    """A SecurityPolicy that sets `x-actor-id` from a verified identity on every request it admits: JWT providers
+    that all copy `sub` into it, or an `apiKeyAuth` (in a policy without jwt) forwarding the client id into it."""
+    if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
+        return False
+    providers = [p for p in as_list(dig(resource.spec, "jwt", "providers")) if isinstance(p, dict)]
+    if providers:
+        return all(copies_sub_to_actor_header(p) for p in providers)
+    return lower(dig(resource.spec, "apiKeyAuth", "forwardClientIDHeader")) == ACTOR_HEADER
+
+
 def _jwt_presence_problems(resources: Sequence[Resource], budget_policies: list[_BudgetPolicy]) -> list[StackProblem]:
     covered: set[tuple[str, str, str]] = set()
     for resource in resources:
-        if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
-            continue
-        providers = [p for p in as_list(dig(resource.spec, "jwt", "providers")) if isinstance(p, dict)]
-        if providers and all(copies_sub_to_actor_header(p) for p in providers):
+        if names_actor(resource):
             covered |= target_keys(resource)
     problems: list[StackProblem] = []
     for policy in budget_policies:
@@ -1300,9 +1420,10 @@ def _jwt_presence_problems(resources: Sequence[Resource], budget_policies: list[
         for namespace, kind, name in missing:
             problems.append(
                 StackProblem(
-                    f"{policy.resource.describe()} targets {kind} {namespace}/{name}, but no JWT SecurityPolicy "
-                    f"there copies the token's sub into {ACTOR_HEADER}: no request carries an actor id, so no "
-                    "budget applies. Attach the Budgets component's SecurityPolicy to the same target",
+                    f"{policy.resource.describe()} targets {kind} {namespace}/{name}, but no SecurityPolicy there "
+                    f"sets {ACTOR_HEADER} from a verified identity (a JWT provider copying sub, or an apiKeyAuth "
+                    "forwarding the client id): no request carries an actor id, so no budget applies. Attach the "
+                    "program's SecurityPolicies to the same target",
                     policy.resource.urn,
                 )
             )
@@ -1605,7 +1726,10 @@ budget_rules_charge_llm_tokens = ResourceValidationPolicy(
 
 actor_header_untouched = ResourceValidationPolicy(
     name="actor-header-untouched",
-    description="Only the verified JWT subject sets x-actor-id, and nothing removes it on the way to the provider.",
+    description=(
+        "Only a verified identity sets x-actor-id (a JWT subject, or an API key's client id from a SecurityPolicy "
+        "without jwt), and nothing removes it on the way to the provider."
+    ),
     validate=_resource_validation(check_actor_header_untouched),
     enforcement_level=EnforcementLevel.MANDATORY,
     severity=Severity.CRITICAL,
@@ -1616,7 +1740,8 @@ jwt_names_the_actor = ResourceValidationPolicy(
     description=(
         "The JWT SecurityPolicy requires a valid token (neither optional nor failOpen), checks its audiences "
         "and copies its sub into x-actor-id; its suspension rules deny actor subjects of its own provider, and "
-        "its authorization allows everyone else."
+        "its authorization allows everyone else. An API-key SecurityPolicy that writes x-actor-id removes the key "
+        "before the request goes upstream (sanitize) and suspends on API-key client ids only."
     ),
     validate=_resource_validation(check_jwt_names_the_actor),
     enforcement_level=EnforcementLevel.MANDATORY,

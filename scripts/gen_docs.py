@@ -8,7 +8,7 @@ The pages and what writes them:
 * docs/configuration.md: the configuration reference, from the pydantic models (core/config_reference.py);
 * docs/outputs.md: every stack output's example, the program's real output under Pulumi mocks
   (`run_program` of tests/support/program.py, the harness of the unit tests) for Pulumi.dev.yaml,
-  Pulumi.prod.yaml and Pulumi.dev.yaml with `platform.install: false`;
+  Pulumi.prod.yaml, Pulumi.dev.yaml with `platform.install: false` and Pulumi.dev-kubernetes.yaml;
 * docs/message-size.md: the exclusion-slot table, the examples and the cost of a suspension
   (scripts/measure_exclusion_slots.py);
 * docs/dashboard.md: what each dashboard panel answers, for Pulumi.prod.yaml with the dashboard on
@@ -55,15 +55,21 @@ def _json_block(value: Any) -> str:
 
 
 def stack_outputs() -> dict[str, dict[str, Any]]:
-    """The outputs of the dev stack, the prod stack and the dev stack with `platform.install: false`."""
+    """The outputs of the dev stack, the prod stack, the dev stack with `platform.install: false` and the
+    Substrate-free dev stack (its `apiKeys` is a Pulumi secret: only its actors are shown, never a key)."""
     from tests.support.program import run_program, stack_config
 
     outside = stack_config("dev")
     outside["platform"] = {**outside.get("platform", {}), "install": False}
+    kubernetes = run_program(stack_config("dev-kubernetes"), stack="dev-kubernetes")
     return {
         "dev": run_program(stack_config("dev"), stack="dev").outputs,
         "prod": run_program(stack_config("prod"), secrets=EXAMPLE_SECRETS, stack="prod").outputs,
         "outside": run_program(outside, stack="dev").outputs,
+        "dev-kubernetes": {
+            **kubernetes.outputs,
+            "apiKeys": {actor: "<48 letters and digits>" for actor in kubernetes.resolved_outputs["apiKeys"]},
+        },
     }
 
 
@@ -83,6 +89,10 @@ def output_blocks(outputs: Mapping[str, Mapping[str, Any]] | None = None) -> dic
             ("fail-closed", "failClosed"),
         )
     }
+    kubernetes = runs["dev-kubernetes"]
+    blocks["identity-sources"] = _json_block(kubernetes["identitySources"])
+    blocks["api-key-gateway-url"] = _json_block(kubernetes["apiKeyGatewayUrl"])
+    blocks["api-keys"] = _json_block(kubernetes["apiKeys"])
     blocks["budget-rules-prod"] = _json_block(prod["budgetRules"])
     blocks["worst-case-dev"] = _json_block(dev["worstCase"])
     blocks["worst-case-prod"] = _json_block(prod["worstCase"])

@@ -24,11 +24,11 @@ from core.budget_rules import (  # noqa: E402
     BudgetRules,
     BudgetSpec,
     LimitSpec,
-    actor_subject,
     compile_budget_rules,
     compile_rules,
     pack_actors,
 )
+from core.identity import actor_header_value  # noqa: E402
 from core.manifests import BUDGET_POLICY_NAME, JWT_PROVIDER_NAME  # noqa: E402
 from core.ratelimit_model import rules_for_actor  # noqa: E402
 from core.settings import (  # noqa: E402
@@ -73,7 +73,7 @@ def exclusion_slot_cost(
     """Measure one slot count with the real rule compiler and counter-key model."""
     budgets = BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}})
     specs = compile_budget_rules(budgets, slots).specs()
-    [applied] = rules_for_actor(policy_namespace, policy_name, specs, actor_subject(SLOT_SAMPLE_ACTOR))
+    [applied] = rules_for_actor(policy_namespace, policy_name, specs, actor_header_value(SLOT_SAMPLE_ACTOR))
     members = [f"agents/actor-{n:05d}" for n in range(200 * slots)]
     chunks = pack_actors(members)
     capacity = sum(len(chunk) for chunk in chunks[:slots])

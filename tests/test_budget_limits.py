@@ -27,9 +27,9 @@ from core.budget_rules import (
     BudgetSpec,
     LimitSpec,
     PoolSpec,
-    actor_subject,
     compile_rules,
 )
+from core.identity import actor_header_value
 from core.money import USD_METADATA_KEY
 from core.ratelimit_model import PolicyModel
 from core.settings import ConfigError
@@ -98,11 +98,11 @@ def test_an_actor_is_charged_by_every_limit_of_its_budget_and_no_other():
     research = budget("research", tokens(200_000, "Hour"), usd("5"), actors=("agents/b",))
     rules = compile_rules(default, [research], exclusion_slots=1, limit_slots=2)
     model = PolicyModel(NS, NAME, rules.specs())
-    assert [r.index for r in model.for_actor(actor_subject("agents/b"))] == [2, 3]
-    assert [r.index for r in model.for_actor(actor_subject("agents/a"))] == [0, 1]
+    assert [r.index for r in model.for_actor(actor_header_value("agents/b"))] == [2, 3]
+    assert [r.index for r in model.for_actor(actor_header_value("agents/a"))] == [0, 1]
     assert [r.index for r in rules.rules_for_actor("agents/b")] == [2, 3]
     assert [r.index for r in rules.rules_for_actor("lab/anyone")] == [0, 1]
-    b_keys = {r.counter_key(0) for r in model.for_actor(actor_subject("agents/b"))}
+    b_keys = {r.counter_key(0) for r in model.for_actor(actor_header_value("agents/b"))}
     assert len(b_keys) == 2, "each limit counts in its own counter"
 
 
@@ -319,7 +319,7 @@ def limit_counters(rules: BudgetRules, actors: list[str] = ACTORS, namespace: st
     for actor in actors:
         applied = {}
         for probe in probes:
-            for applied_rule in model.applied({ACTOR_HEADER: actor_subject(actor), **probe}):
+            for applied_rule in model.applied({ACTOR_HEADER: actor_header_value(actor), **probe}):
                 applied[applied_rule.index] = applied_rule
         own, pooled = rules.rules_for_actor(actor), rules.pool_rules_for_actor(actor)
         assert sorted(applied) == sorted(r.index for r in (*own, *pooled)), actor

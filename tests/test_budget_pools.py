@@ -30,10 +30,10 @@ from core.budget_rules import (
     BudgetSpec,
     LimitSpec,
     PoolSpec,
-    actor_subject,
     compile_rules,
     pool_regex,
 )
+from core.identity import actor_header_value
 from core.problems import ConfigError
 from core.ratelimit_model import PolicyModel
 from tests.test_budget_limits import (
@@ -75,12 +75,12 @@ def test_two_members_share_one_counter_and_keep_their_own():
     rules = compile_rules(BudgetSpec("default", (tokens(500),)), [research], 1, 1, [pool], 1)
     assert [(r.index, r.purpose) for r in rules.rules] == [(0, "default"), (1, "pool:research"), (2, "class:research")]
     model = PolicyModel(NS, NAME, rules.specs())
-    r1, r2 = (model.for_actor(actor_subject(a)) for a in ("agents/r1", "agents/r2"))
+    r1, r2 = (model.for_actor(actor_header_value(a)) for a in ("agents/r1", "agents/r2"))
     assert [r.index for r in r1] == [r.index for r in r2] == [1, 2]
     assert r1[0].counter_key(NOW) == r2[0].counter_key(NOW), "the pool's limit: one counter for both"
     assert r1[1].counter_key(NOW) != r2[1].counter_key(NOW), "their own limits: one counter each"
-    assert actor_subject("agents/r1") not in r1[0].counter_key(NOW)
-    assert model.for_actor(actor_subject("agents/other"))[0].index == 0, "not a member: only the default"
+    assert actor_header_value("agents/r1") not in r1[0].counter_key(NOW)
+    assert model.for_actor(actor_header_value("agents/other"))[0].index == 0, "not a member: only the default"
 
 
 def test_both_must_have_room_the_pool_refuses_before_a_member_s_own_limit():
@@ -112,7 +112,7 @@ def test_an_atespace_pool_admits_every_actor_of_it_now_and_later():
     assert match == {"name": "x-actor-id", "type": "RegularExpression", "value": "^actor/(?:lab)/[^/]+$"}
     model = PolicyModel(NS, NAME, rules.specs())
     created_later = "lab/a-new-actor-created-after-the-last-pulumi-up"
-    keys = {model.for_actor(actor_subject(actor))[1].counter_key(NOW) for actor in ("lab/bot-1", created_later)}
+    keys = {model.for_actor(actor_header_value(actor))[1].counter_key(NOW) for actor in ("lab/bot-1", created_later)}
     assert len(keys) == 1
     assert rules.pools_of_actor(created_later) == (0,)
     # Nothing of another atespace or another identity source: a Substrate subject is actor/<atespace>/<name>.
@@ -128,13 +128,17 @@ def test_an_atespace_pool_admits_every_actor_of_it_now_and_later():
 
 
 def test_a_pool_pattern_joins_listed_members_and_whole_atespaces():
-    pattern = pool_regex(["agents/a", "lab/x", "agents/b.c"], ["lab"])
-    assert pattern == r"^(?:actor/(?:agents/(?:a|b\.c))|actor/(?:lab)/[^/]+)$"
+    # A service-account name may hold '.', which the pattern escapes (a Substrate name is a DNS label).
+    pattern = pool_regex(["agents/a", "lab/x", "serviceaccount:agents/b.c"], ["lab"])
+    assert pattern == (
+        r"^(?:(?:actor/(?:agents/(?:a))|system\:serviceaccount\:(?:agents\:(?:b\.c)))|actor/(?:lab)/[^/]+)$"
+    )
     compiled = re2.compile(pattern)
     for subject, admitted in [
         ("actor/agents/a", True),
-        ("actor/agents/b.c", True),
-        ("actor/agents/bxc", False),
+        ("system:serviceaccount:agents:b.c", True),
+        ("system:serviceaccount:agents:bxc", False),
+        ("actor/agents/b.c", False),
         ("actor/lab/x", True),
         ("actor/lab/anyone", True),
         ("actor/agents/c", False),
@@ -195,7 +199,7 @@ def test_a_per_model_limit_starts_with_the_model_match_and_counts_only_those_cal
     assert big[0] == {"name": MODEL_HEADER, "type": "Exact", "value": "gpt-4.1"}
     assert big[1:] == [*rules.specs()[0]["clientSelectors"][0]["headers"], big[-1]]  # the budget's, then usd's marker
     model = PolicyModel(NS, NAME, rules.specs())
-    subject = actor_subject("agents/a")
+    subject = actor_header_value("agents/a")
     assert [r.index for r in model.applied({"x-actor-id": subject, MODEL_HEADER: "gpt-4.1-mini"})] == [0]
     assert [r.index for r in model.applied({"x-actor-id": subject, MODEL_HEADER: "gpt-4.1"})] == [0, 1]
     assert [r.index for r in model.applied({"x-actor-id": subject})] == [0], "a call with no model: not this limit"

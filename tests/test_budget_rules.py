@@ -21,12 +21,12 @@ from core.budget_rules import (
     MAX_RULES,
     MAX_SELECTORS,
     MAX_VALUE_LENGTH,
-    actor_subject,
     actors_regex,
     compile_budget_rules,
     pack_actors,
     re2_escape,
 )
+from core.identity import actor_header_value
 from core.ratelimit_model import UNIT_SECONDS, AppliedRule, envoy_listener_name, envoy_route_name, rules_for_actor
 from core.settings import BudgetsConfig, ConfigError
 
@@ -43,7 +43,7 @@ def make_budgets(default: tuple[int, str] = (500, "Day"), classes: list[tuple[st
 
 
 def applied(specs: list[dict[str, Any]], actor: str) -> list[AppliedRule]:
-    return rules_for_actor(NS, NAME, specs, actor_subject(actor))
+    return rules_for_actor(NS, NAME, specs, actor_header_value(actor))
 
 
 def counter_identities(specs: list[dict[str, Any]], actors: list[str]) -> dict[str, tuple]:
@@ -240,7 +240,7 @@ def test_the_compiled_exclusions_cover_exactly_the_class_members():
     default_headers = rules.rules[0].headers[1:]
     patterns = [re2.compile(h["value"]) for h in default_headers]
     members = {a for g in groups for a in g[3]}
-    excluded = {a for a in ids if any(p.fullmatch(actor_subject(a)) for p in patterns)}
+    excluded = {a for a in ids if any(p.fullmatch(actor_header_value(a)) for p in patterns)}
     assert excluded == members
 
 

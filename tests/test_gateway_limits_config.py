@@ -55,7 +55,13 @@ def _needed_bytes(raw: dict[str, Any]) -> int:
     stack = _validate({**raw, "platform": {"extensionMessageLimit": "512Mi"}})
     settings = stack.settings
     estimate = message_estimate(
-        stack.rules, settings.routes, len(settings.providers), settings.gateway, settings.suspended
+        stack.rules,
+        settings.routes,
+        len(settings.providers),
+        settings.gateway,
+        settings.identity,
+        settings.actors,
+        settings.suspended,
     )
     return estimate.required_limit()
 

@@ -47,6 +47,34 @@ from tests.support.wire import engine_value
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "agent-budgets"
 # A capture is a stack file, or a stack file with changes (its URNs name the stack it derives from).
+# Every identity source at once: a Substrate actor, a service account and an API key in one class, in one pool
+# and suspended.
+IDENTITIES: dict[str, Any] = {
+    "identity": {"sources": ["substrate", "kubernetes", "apiKeys"]},
+    "actors": ["agents/actor-a", "agents/actor-b", "serviceaccount:agents/probe-sa", "apikey:probe-key"],
+    "budgets": {
+        "default": {"tokens": 500, "per": "Day"},
+        "classes": [
+            {
+                "name": "wide",
+                "tokens": 5000,
+                "per": "Day",
+                "actors": ["agents/actor-b", "serviceaccount:agents/probe-sa", "apikey:probe-key"],
+            }
+        ],
+        "pools": [
+            {
+                "name": "shared",
+                "tokens": 9000,
+                "per": "Day",
+                "members": ["serviceaccount:agents/probe-sa", "apikey:probe-key"],
+                "atespaces": ["agents"],
+            }
+        ],
+    },
+    "budgetPolicy": {"poolSlots": 1},
+    "suspended": ["agents/actor-b", "serviceaccount:agents/probe-sa", "apikey:probe-key"],
+}
 DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
     "dev-suspended": ("dev", {"suspended": ["agents/actor-b"]}),
     # A pool of a whole atespace, a per-model limit and a limit on output tokens (docs/budgets.md).
@@ -76,8 +104,10 @@ DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
             "budgetPolicy": {"limitSlots": 3, "poolSlots": 2},
         },
     ),
+    "dev-identities": ("dev", IDENTITIES),
+    "dev-api-keys-only": ("dev", {"identity": {"sources": ["apiKeys"]}, "actors": ["apikey:probe-key"]}),
 }
-STACKS = ("dev", "prod", "dev-suspended", "dev-pools")
+STACKS = ("dev", "prod", "dev-kubernetes", "dev-suspended", "dev-pools", "dev-identities", "dev-api-keys-only")
 # Stack files whose providers need keys: fake values, shaped like real ones (so a leak would be caught).
 STACK_SECRETS: dict[str, dict[str, str]] = {
     "prod": {
@@ -377,6 +407,21 @@ def _suspension_claim(resources: list[Captured]) -> dict[str, Any]:
 
 def _drop(resources: list[Captured], kind: str) -> None:
     resources.remove(find(resources, kind))
+
+
+def _api_key_policy(resources: list[Captured]) -> dict[str, Any]:
+    return _spec(resources, "SecurityPolicy", "agent-budgets-api-keys")
+
+
+def _api_key_auth_beside_jwt(resources: list[Captured]) -> None:
+    _spec(resources, "SecurityPolicy", "agent-budgets-jwt")["apiKeyAuth"] = copy.deepcopy(
+        _api_key_policy(resources)["apiKeyAuth"]
+    )
+
+
+def _default_excludes_nobody(resources: list[Captured]) -> None:
+    for match in _budget_rules(resources)[0]["clientSelectors"][0]["headers"][1:]:
+        match.update(value=MATCHES_NOTHING)
 
 
 def _redis_config(resources: list[Captured], text: str) -> None:
@@ -905,7 +950,7 @@ BROKEN: list[Broken] = [
         rules.budget_rules_cover_each_actor_once,
         "prod",
         lambda rs: _drop(rs, "SecurityPolicy"),
-        "no JWT SecurityPolicy there copies the token's sub into x-actor-id",
+        "no SecurityPolicy there sets x-actor-id from a verified identity",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
     Broken(
@@ -974,7 +1019,7 @@ BROKEN: list[Broken] = [
         rules.agent_router_after_identity,
         "dev",
         lambda rs: _spec(rs, "EnvoyProxy").pop("filterOrder"),
-        "Agent Router's processor would run before envoy.filters.http.jwt_authn",
+        "Agent Router's processor would run before envoy.filters.http.api_key_auth, envoy.filters.http.jwt_authn",
         "EnvoyProxy agent-budgets/agent-router",
     ),
     Broken(
@@ -984,7 +1029,17 @@ BROKEN: list[Broken] = [
         lambda rs: _spec(rs, "EnvoyProxy").update(
             filterOrder=[{"name": "envoy.filters.http.custom_response", "before": "envoy.filters.http.jwt_authn"}]
         ),
-        "Agent Router's processor would run before envoy.filters.http.jwt_authn",
+        "Agent Router's processor would run before envoy.filters.http.api_key_auth, envoy.filters.http.jwt_authn",
+        "EnvoyProxy agent-budgets/agent-router",
+    ),
+    Broken(
+        "custom-response-after-the-jwt-filter-only",
+        rules.agent_router_after_identity,
+        "dev-identities",
+        lambda rs: _spec(rs, "EnvoyProxy").update(
+            filterOrder=[{"name": "envoy.filters.http.custom_response", "after": "envoy.filters.http.jwt_authn"}]
+        ),
+        "Agent Router's processor would run before envoy.filters.http.api_key_auth (Envoy Gateway",
         "EnvoyProxy agent-budgets/agent-router",
     ),
     # -- suspending an actor never changes the listener
@@ -1026,7 +1081,7 @@ BROKEN: list[Broken] = [
         rules.jwt_names_the_actor,
         "dev-suspended",
         lambda rs: _suspension_claim(rs).update(values=["agents/actor-b"]),
-        "denies subjects ['agents/actor-b'] that no actor token carries",
+        "denies subjects ['agents/actor-b'] that no verified token carries",
         "SecurityPolicy agent-budgets/agent-budgets-jwt",
     ),
     Broken(
@@ -1194,6 +1249,50 @@ BROKEN: list[Broken] = [
         lambda rs: _spec(rs, "Backend", "substrate-idp").update(tls={"insecureSkipVerify": True}),
         "skips TLS verification",
         "Backend agent-budgets/substrate-idp",
+    ),
+    # -- every identity source: API keys, service accounts
+    Broken(
+        "api-key-policy-keeps-the-key-upstream",
+        rules.jwt_names_the_actor,
+        "dev-identities",
+        lambda rs: _api_key_policy(rs)["apiKeyAuth"].update(sanitize=False),
+        "apiKeyAuth.sanitize is not true",
+        "SecurityPolicy agent-budgets/agent-budgets-api-keys",
+    ),
+    Broken(
+        "api-key-suspension-of-actor-ids",
+        rules.jwt_names_the_actor,
+        "dev-identities",
+        lambda rs: _api_key_policy(rs)["authorization"]["rules"][0]["principal"]["headers"][0].update(
+            values=["apikey:probe-key"]
+        ),
+        "that no API key's client id carries",
+        "SecurityPolicy agent-budgets/agent-budgets-api-keys",
+    ),
+    Broken(
+        "api-key-auth-beside-jwt",
+        rules.actor_header_untouched,
+        "dev-identities",
+        _api_key_auth_beside_jwt,
+        "only from the apiKeyAuth of a SecurityPolicy without jwt",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "class-members-of-every-source-in-the-default-too",
+        rules.budget_rules_cover_each_actor_once,
+        "dev-identities",
+        _default_excludes_nobody,
+        "falls in the rules of 2 budgets (0, 2)",  # the default, and the class after the pool's block
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
+        count=3,  # agents/actor-b, serviceaccount:agents/probe-sa and apikey:probe-key
+    ),
+    Broken(
+        "no-api-key-security-policy",
+        rules.budget_rules_cover_each_actor_once,
+        "dev-api-keys-only",
+        lambda rs: _drop(rs, "SecurityPolicy"),
+        "sets x-actor-id from a verified identity (a JWT provider copying sub, or an apiKeyAuth",
+        "BackendTrafficPolicy agent-budgets/agent-budgets",
     ),
 ]
 

@@ -247,7 +247,8 @@ def test_unknown_actor_is_refused_before_anything_is_read(tmp_path, cluster):
     assert (status, out) == (cli.EXIT_INPUT, "")
     assert err == (
         "spend: unknown actor 'agents/nobody': it is not in agent-budgets:actors of this stack (which has "
-        "agents/actor-a, agents/actor-b, agents/actor-c). Write it as <atespace>/<name>\n"
+        "agents/actor-a, agents/actor-b, agents/actor-c). Write it as in agent-budgets:actors: <atespace>/<name>, "
+        "serviceaccount:<namespace>/<name> or apikey:<name>\n"
     )
     assert cluster.read().get("calls", []) == []
 

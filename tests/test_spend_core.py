@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core import spend
-from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, actor_subject, compile_budget_rules
+from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, compile_budget_rules
+from core.identity import actor_header_value
 from core.ratelimit_model import PolicyModel, rules_for_actor
 from core.settings import BudgetsConfig
 
@@ -245,7 +246,7 @@ def test_the_plan_gives_every_counter_the_key_the_model_finds_for_its_requests()
     found: dict[int, set[str]] = {}
     for actor in POOLED_ACTORS:
         for probe in ({}, {"x-ai-eg-model": "gpt-4.1"}, {"x-ai-eg-model": "gpt-4.1-mini"}):
-            for applied in model.applied({"x-actor-id": actor_subject(actor), **probe}):
+            for applied in model.applied({"x-actor-id": actor_header_value(actor), **probe}):
                 found.setdefault(applied.index, set()).add(applied.counter_key(NOW))
     planned: dict[int, set[str]] = {}
     for counter in plan.counters:

@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.support.kubernetes_schema import validate as validate_builtin
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "substrate"
@@ -31,7 +32,6 @@ FAKE = REPO / "tests" / "fake_devcluster.py"
 VERSIONS = dict(
     re.findall(r"^([A-Z_]+)=(\S*)$", (REPO / "scripts" / "versions.env").read_text(), re.M),
 )
-KUBERNETES_VERSION = "1.36.0"
 CTB = "servicedns.podcert.ate.dev:identity:primary-bundle"
 GIT = ["git", "-c", "user.name=fixture", "-c", "user.email=fixture@example.invalid", "-c", "init.defaultBranch=main"]
 
@@ -178,7 +178,7 @@ def env(tmp_path) -> DevEnv:
 
 def _validate(doc: dict[str, Any]) -> None:
     """Strict Kubernetes schema validation; raises with every problem."""
-    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    validate_builtin(doc)
 
 
 # --- make -n up -----------------------------------------------------------------------------------------

@@ -340,14 +340,16 @@ def test_each_exclusion_slot_lengthens_every_default_counter_key():
 
 def _rbac_per_route(authorization):
     """RBACPerRoute as Envoy Gateway v1.9.0 builds it (internal/xds/translator/authorization.go
-    `buildRBACPerRoute`, `buildJWTPredicate`), for rules whose principal is one String JWT claim."""
+    `buildRBACPerRoute`, `buildJWTPredicate`, `buildHeadersPredicate`), for rules whose principal is one String JWT
+    claim or one request header."""
     from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
     from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
     from envoy.extensions.matching.common_inputs.network.v3 import network_inputs_pb2
     from envoy.extensions.matching.input_matchers.metadata.v3 import metadata_pb2 as metadata_matcher
-    from envoy.type.matcher.v3 import value_pb2
+    from envoy.type.matcher.v3 import http_inputs_pb2, value_pb2
     from xds.core.v3 import extension_pb2
     from xds.type.matcher.v3 import matcher_pb2
+    from xds.type.matcher.v3 import string_pb2 as xds_string_pb2
 
     def any_of(message):
         packed = any_pb2.Any()
@@ -363,29 +365,42 @@ def _rbac_per_route(authorization):
     Predicate = matcher_pb2.Matcher.MatcherList.Predicate  # noqa: N806
     field_matchers = []
     for rule in authorization.get("rules", []):
-        jwt = rule["principal"]["jwt"]
-        [claim] = jwt["claims"]
-        path = [
-            network_inputs_pb2.DynamicMetadataInput.PathSegment(key=key)
-            for key in (jwt["provider"], *claim["name"].split("."))
-        ]
-        metadata_input = network_inputs_pb2.DynamicMetadataInput(filter="envoy.filters.http.jwt_authn", path=path)
-        singles = [
-            Predicate(
-                single_predicate=Predicate.SinglePredicate(
-                    input=extension_pb2.TypedExtensionConfig(name="claim", typed_config=any_of(metadata_input)),
-                    custom_match=extension_pb2.TypedExtensionConfig(
-                        name="claim_matcher",
-                        typed_config=any_of(
-                            metadata_matcher.Metadata(
-                                value=value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=value))
-                            )
-                        ),
-                    ),
+        if "headers" in rule["principal"]:  # buildHeadersPredicate: one exact value match per value, ORed
+            [header] = rule["principal"]["headers"]
+            header_input = http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header["name"])
+            singles = [
+                Predicate(
+                    single_predicate=Predicate.SinglePredicate(
+                        input=extension_pb2.TypedExtensionConfig(name="http_header", typed_config=any_of(header_input)),
+                        value_match=xds_string_pb2.StringMatcher(exact=value),
+                    )
                 )
-            )
-            for value in claim["values"]
-        ]
+                for value in header["values"]
+            ]
+        else:
+            jwt = rule["principal"]["jwt"]
+            [claim] = jwt["claims"]
+            path = [
+                network_inputs_pb2.DynamicMetadataInput.PathSegment(key=key)
+                for key in (jwt["provider"], *claim["name"].split("."))
+            ]
+            metadata_input = network_inputs_pb2.DynamicMetadataInput(filter="envoy.filters.http.jwt_authn", path=path)
+            singles = [
+                Predicate(
+                    single_predicate=Predicate.SinglePredicate(
+                        input=extension_pb2.TypedExtensionConfig(name="claim", typed_config=any_of(metadata_input)),
+                        custom_match=extension_pb2.TypedExtensionConfig(
+                            name="claim_matcher",
+                            typed_config=any_of(
+                                metadata_matcher.Metadata(
+                                    value=value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=value))
+                                )
+                            ),
+                        ),
+                    )
+                )
+                for value in claim["values"]
+            ]
         predicate = (
             singles[0] if len(singles) == 1 else Predicate(or_matcher=Predicate.PredicateList(predicate=singles))
         )
@@ -424,3 +439,118 @@ def test_suspensions_count_on_every_envoy_route_of_the_message():
     per_route = xds_size.authorization_route_bytes(authorization)
     assert suspended.total_bytes - plain.total_bytes == 44 * per_route
     assert "44 route(s) x" in suspended.describe() and "of suspension rules" in suspended.describe()
+
+
+@pytest.mark.parametrize("accounts", [0, 1, 129])
+def test_the_jwt_policy_s_rbac_config_with_service_accounts_matches_the_real_protos(accounts):
+    """Suspended Substrate actors and service accounts, the allowlist and the rule on the issuer (core.suspension)."""
+    from core.suspension import jwt_authorization
+
+    listed = [f"serviceaccount:team/bot-{i:03d}" for i in range(accounts)]
+    authorization = jwt_authorization(
+        ["substrate", "kubernetes"], listed, ["agents/a", *listed[:2]], "https://kubernetes.default.svc.cluster.local"
+    )
+    route = route_pb.Route()
+    route.typed_per_filter_config["envoy.filters.http.rbac"].Pack(_rbac_per_route(authorization))
+    assert xds_size.authorization_route_bytes(authorization) == route.ByteSize()
+
+
+@pytest.mark.parametrize("suspended", [0, 1, 3, 300])
+def test_the_api_key_policy_s_rbac_config_matches_the_real_protos(suspended):
+    from core.suspension import api_key_authorization
+
+    authorization = api_key_authorization([f"apikey:bot-{i:03d}" for i in range(suspended)])
+    route = route_pb.Route()
+    route.typed_per_filter_config["envoy.filters.http.rbac"].Pack(_rbac_per_route(authorization))
+    assert xds_size.authorization_route_bytes(authorization) == route.ByteSize()
+
+
+def _api_key_auth_per_route_class():
+    """ApiKeyAuthPerRoute with its `forwarding` field: envoy api/envoy/extensions/filters/http/api_key_auth/v3/
+    api_key_auth.proto (Credential{key=1, client=2}, KeySource{header=1, query=2, cookie=3}, ApiKeyAuthPerRoute{
+    credentials=1, key_sources=2, allowed_clients=3, forwarding=4}, Forwarding{header=1, hide_credentials=2}).
+    xds-protos 1.71 predates `forwarding`, so the message is built from those field numbers with protobuf's own
+    descriptor pool and encoder."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    FieldProto = descriptor_pb2.FieldDescriptorProto  # noqa: N806
+    string, boolean, message = FieldProto.TYPE_STRING, FieldProto.TYPE_BOOL, FieldProto.TYPE_MESSAGE
+    optional, repeated = FieldProto.LABEL_OPTIONAL, FieldProto.LABEL_REPEATED
+
+    def message_type(name, *fields):
+        proto = descriptor_pb2.DescriptorProto(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            field = proto.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = type_name
+        return proto
+
+    package = "model.api_key_auth"
+    file = descriptor_pb2.FileDescriptorProto(name="model_api_key_auth.proto", package=package, syntax="proto3")
+    file.message_type.extend(
+        [
+            message_type("Credential", ("key", 1, string, optional, ""), ("client", 2, string, optional, "")),
+            message_type("KeySource", ("header", 1, string, optional, ""), ("query", 2, string, optional, "")),
+            message_type(
+                "Forwarding", ("header", 1, string, optional, ""), ("hide_credentials", 2, boolean, optional, "")
+            ),
+            message_type(
+                "ApiKeyAuthPerRoute",
+                ("credentials", 1, message, repeated, f".{package}.Credential"),
+                ("key_sources", 2, message, repeated, f".{package}.KeySource"),
+                ("allowed_clients", 3, string, repeated, ""),
+                ("forwarding", 4, message, optional, f".{package}.Forwarding"),
+            ),
+        ]
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.ApiKeyAuthPerRoute"))
+
+
+@pytest.mark.parametrize("keys", [0, 1, 50])
+def test_the_api_key_auth_per_route_config_matches_the_protobuf_encoding(keys):
+    """Every credential of every Secret is inlined in every route of the API-key listener (envoyproxy/gateway
+    v1.9.0 internal/xds/translator/api_key_auth.go `buildAPIKeyAuthFilterPerRouteConfig`)."""
+    from envoy.extensions.filters.http.api_key_auth.v3 import api_key_auth_pb2
+
+    per_route_class = _api_key_auth_per_route_class()
+    credentials = [(f"apikey.bot-{i:03d}", "k" * 48) for i in range(keys)]
+    headers = ["authorization", "x-api-key"]
+    per_route = per_route_class(
+        credentials=[{"key": key, "client": client} for client, key in credentials],
+        key_sources=[{"header": header} for header in headers],
+        forwarding={"header": "x-actor-id", "hide_credentials": True},
+    )
+    # The fields xds-protos 1.71 knows encode the same with the generated class.
+    known = api_key_auth_pb2.ApiKeyAuthPerRoute(
+        credentials=[api_key_auth_pb2.Credential(key=key, client=client) for client, key in credentials],
+        key_sources=[api_key_auth_pb2.KeySource(header=header) for header in headers],
+    )
+    forwarding_bytes = per_route.ByteSize() - known.ByteSize()
+    assert forwarding_bytes == len(per_route_class(forwarding=per_route.forwarding).SerializeToString())
+    route = route_pb.Route()
+    packed = route.typed_per_filter_config["envoy.filters.http.api_key_auth"]
+    packed.type_url = "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute"
+    packed.value = per_route.SerializeToString()
+    lengths = [(client, len(key)) for client, key in credentials]
+    assert xds_size.api_key_auth_route_bytes(lengths, headers, "x-actor-id", True) == route.ByteSize()
+
+
+def test_the_api_key_listener_doubles_the_routes_and_carries_every_key_on_each():
+    rules = compile_budget_rules(BudgetsConfig.model_validate({"default": {"tokens": 500, "per": "Day"}}), 32)
+    layout = xds_size.RouteLayout(model_routes=10, catch_all_routes=2, providers=1)
+    jwt_only = xds_size.estimate_message(NS, NAME, rules.specs(), layout)
+    api_key_bytes = xds_size.api_key_auth_route_bytes([("apikey.bot", 48)] * 100, ["authorization"], "x-actor-id", True)
+    both = xds_size.estimate_message(NS, NAME, rules.specs(), layout, None, api_key_bytes)
+    per_route = xds_size.ROUTE_ALLOWANCE
+    assert both.listeners == 2
+    assert (
+        both.total_bytes - jwt_only.total_bytes
+        == 12 * (per_route + api_key_bytes) + 10 * jwt_only.rate_limit_bytes_per_route
+    )
+    alone = xds_size.estimate_message(NS, NAME, rules.specs(), layout, None, api_key_bytes, jwt_listener=False)
+    assert alone.listeners == 1 and alone.total_bytes == both.total_bytes - (
+        jwt_only.total_bytes - xds_size.BASE_ALLOWANCE - xds_size.PROVIDER_ALLOWANCE
+    )
+    assert "12 API-key route(s) x" in both.describe() and "on each of 2 listeners" in both.describe()

@@ -47,6 +47,17 @@ from core.settings.budgets import (
     TokenKind,
     UsdAmount,
 )
+from core.settings.identity import (
+    DEFAULT_API_KEY_PORT,
+    DEFAULT_KUBERNETES_ISSUER,
+    KUBERNETES_API_HOST,
+    KUBERNETES_API_JWKS_URI,
+    ApiKeySettings,
+    HttpsUrl,
+    IdentitySettings,
+    KubernetesIdentity,
+    KubernetesJwksMode,
+)
 from core.settings.monitoring import (
     MonitoringSettings,
     prometheus_label,
@@ -96,6 +107,7 @@ from core.settings.stack import (
     secret_set_command,
 )
 from core.settings.substrate import (
+    ConfigMapName,
     EgressConfig,
     IdpTrust,
     SubstrateSettings,
@@ -104,6 +116,8 @@ from core.settings.substrate import (
 
 __all__ = [
     "CONFIG_KEY",
+    "DEFAULT_API_KEY_PORT",
+    "DEFAULT_KUBERNETES_ISSUER",
     "DEFAULT_REQUEST_TIMEOUT",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
@@ -113,6 +127,8 @@ __all__ = [
     "GATEWAY_CONTROLLER_NAME",
     "GATEWAY_HOSTNAME",
     "GATEWAY_SERVICE_NAME",
+    "KUBERNETES_API_HOST",
+    "KUBERNETES_API_JWKS_URI",
     "LIMIT_UNITS",
     "MAX_EXTENSION_MESSAGE_LIMIT",
     "MAX_LIMITS_PER_BUDGET",
@@ -133,15 +149,21 @@ __all__ = [
     "TOKEN_KINDS",
     "WINDOWS_TEXT",
     "ActorId",
+    "ApiKeySettings",
     "Budget",
     "BudgetClass",
     "BudgetPolicySettings",
     "BudgetsConfig",
     "ConfigError",
+    "ConfigMapName",
     "ConfigModel",
     "EgressConfig",
     "GatewaySettings",
+    "HttpsUrl",
+    "IdentitySettings",
     "IdpTrust",
+    "KubernetesIdentity",
+    "KubernetesJwksMode",
     "KubernetesSettings",
     "Limit",
     "MockModelSettings",

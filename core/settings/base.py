@@ -11,6 +11,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from core import egress
+from core.config_text import lone_surrogate_problem
+from core.identity import ActorIdError, parse_actor_id
 from core.image_reference import image_reference_problem
 from core.names import DNS_LABEL as DNS_LABEL  # re-exported: the settings modules take the grammars from here
 from core.names import DNS_SUBDOMAIN as DNS_SUBDOMAIN
@@ -103,23 +105,25 @@ def number_text_hint(text: str, example_key: str) -> str:
     return f"write the number without separators or units, e.g. {example_key}: {meant}"
 
 
-def check_actor_id(actor: str, where: str = "actor") -> str:
-    """Refuse anything but `<atespace>/<name>` with two DNS labels (the JWT subject's shape)."""
-    parts = actor.split("/")
-    if len(parts) != 2 or not all(is_dns_label(part) for part in parts):
-        raise ValueError(
-            f"{where} {actor!r} is not an actor id: write <atespace>/<name>, both DNS labels of at most "
-            "63 lowercase letters, digits or '-', e.g. agents/actor-a"
-        )
+def check_actor_id(actor: str) -> str:
+    """Refuse anything that names no actor of any identity source (core.identity: `<atespace>/<name>`,
+    `serviceaccount:<namespace>/<name>` or `apikey:<name>`)."""
+    surrogate = lone_surrogate_problem(actor)
+    if surrogate:  # said once, by this field, in the words of the text check (core.config_text)
+        raise ValueError(surrogate)
+    try:
+        parse_actor_id(actor)
+    except ActorIdError as error:
+        raise ValueError(str(error)) from None
     return actor
 
 
-def _actor_id(value: str) -> str:
-    return check_actor_id(value)
+# A JWT audience: Substrate's egress policies accept 1 to 512 characters (core/egress), EG checks none.
+Audience = Annotated[str, Field(min_length=1, max_length=512)]
 
-
-# An actor as `<atespace>/<name>`; checked item by item, so an error names its index.
-ActorId = Annotated[str, Field(min_length=3, max_length=127), AfterValidator(_actor_id)]
+# An actor of any identity source; checked item by item, so an error names its index. Whether its source is
+# enabled for the stack is a cross-key check (core.cross_checks).
+ActorId = Annotated[str, AfterValidator(check_actor_id)]
 
 
 class ConfigModel(BaseModel):

@@ -9,9 +9,11 @@ from typing import Any
 
 from pydantic import Field
 
+from core.identity import SourceName, actors_of_source
 from core.problems import PROJECT
 from core.settings.base import ActorId, ConfigModel
 from core.settings.budgets import BudgetsConfig
+from core.settings.identity import IdentitySettings
 from core.settings.monitoring import MonitoringSettings
 from core.settings.platform import (
     BudgetPolicySettings,
@@ -40,8 +42,9 @@ class StackSettings(ConfigModel):
     actors: list[ActorId] = Field(
         default_factory=list,
         description=(
-            "Every actor that may call the model gateway, as `<atespace>/<name>` (two DNS labels); each gets an "
-            "egress policy."
+            "Every actor that may call the model gateway: a Substrate actor as `<atespace>/<name>` (each gets an "
+            "egress policy), a Kubernetes service account as `serviceaccount:<namespace>/<name>`, an API key as "
+            "`apikey:<name>`; its source must be in `identity.sources`."
         ),
     )
     allow_no_actors: bool = Field(
@@ -67,6 +70,10 @@ class StackSettings(ConfigModel):
             "Their counters are kept: removing one restores it with its spent budget."
         ),
     )
+    identity: IdentitySettings = Field(
+        default_factory=IdentitySettings,
+        description="Which identity sources the gateway accepts, and how it verifies each (docs/identity.md).",
+    )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="The target cluster.")
     gateway: GatewaySettings = Field(default_factory=GatewaySettings, description="The model gateway.")
     providers: list[Provider] = Field(
@@ -88,6 +95,10 @@ class StackSettings(ConfigModel):
     monitoring: MonitoringSettings = Field(
         default_factory=MonitoringSettings, description="Per-actor gateway metrics and budget alerts."
     )
+
+    def actors_of(self, source: SourceName) -> list[str]:
+        """The actors of `actors` whose identity source is `source`, in order."""
+        return actors_of_source(self.actors, source)
 
     @property
     def mock_provider(self) -> Provider | None:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator
 
 from core import egress
-from core.settings.base import DNS_SUBDOMAIN, GATEWAY_HOSTNAME, ConfigModel, check_command_argument
+from core.settings.base import DNS_SUBDOMAIN, GATEWAY_HOSTNAME, Audience, ConfigModel, check_command_argument
 
 TrustMode = Literal["clusterTrustBundle", "configMap", "insecureSkipVerify", "localJwks"]
 # The modes in which Envoy Gateway fetches the actor keys from the IdP at request time (remoteJWKS).
@@ -116,10 +116,8 @@ class SubstrateSettings(ConfigModel):
     )
     idp_hostname: str = Field(default="idp.ate-system.svc", description="Host of the Backend `substrate-idp`.")
     idp_port: int = Field(default=443, ge=1, le=65535, description="Port of the Backend `substrate-idp`.")
-    audience: str = Field(
+    audience: Audience = Field(
         default="agent-router",
-        min_length=1,
-        max_length=512,
         description="JWT audience: the SecurityPolicy requires it, every egress policy mints it.",
     )
     trust: IdpTrust = Field(

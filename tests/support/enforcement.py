@@ -48,8 +48,8 @@ from core.budget_rules import (
     BudgetRules,
     CompiledRule,
     LimitSpec,
-    actor_subject,
 )
+from core.identity import actor_header_value
 from core.manifests import BUDGET_POLICY_NAME
 from core.money import USD_METADATA_KEY, ModelPrice, Usage, call_cost_mills
 from core.ratelimit_model import UNIT_SECONDS, PolicyModel
@@ -95,7 +95,7 @@ class Gateway:
         known = self._descriptors.get((actor, model))
         if known is not None:
             return known
-        headers = {ACTOR_HEADER: actor_subject(actor), **({MODEL_HEADER: model} if model else {})}
+        headers = {ACTOR_HEADER: actor_header_value(actor), **({MODEL_HEADER: model} if model else {})}
         result = []
         for applied in self.model.applied(headers):
             rule = self.rules[applied.index]

@@ -9,6 +9,7 @@ makes the program generate compiles with Agent Router's declarations and passes 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import runpy
 from dataclasses import dataclass, field
@@ -64,7 +65,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
         if args.typ == "random:index/randomPassword:RandomPassword":
-            value = f"{MOCK_PASSWORD_PREFIX}{args.name}-{len(self.random_results):04d}"
+            # The same resource and keepers give the same value in every run (as a RandomPassword keeps its result
+            # until a keeper changes); a changed keeper gives a new one.
+            keepers = hashlib.sha256(json.dumps(args.inputs.get("keepers") or {}, sort_keys=True).encode()).hexdigest()
+            value = f"{MOCK_PASSWORD_PREFIX}{args.name}-{keepers[:8]}"
             self.random_results.append(value)
             state["result"] = value
         self.resources.append(Registered(args.typ, args.name, dict(args.inputs), bool(args.custom)))
@@ -81,6 +85,10 @@ class ProgramRun:
     mocks: RecordingMocks
     monitor: RecordingMonitor | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
+    resolved_outputs: dict[str, Any] = field(default_factory=dict)
+    """The value of every output exported as a `pulumi.Output` (the secret ones), once resolved."""
+    secret_outputs: dict[str, bool] = field(default_factory=dict)
+    """For every output exported as a `pulumi.Output`, whether the engine would hold it as a secret."""
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -109,7 +117,13 @@ class ProgramRun:
 
     def custom_resources(self) -> list[Registered]:
         """Resources of Kubernetes kinds that come from CRDs (not core/apps/networking/helm)."""
-        builtin = ("kubernetes:core/", "kubernetes:apps/", "kubernetes:networking.k8s.io/", "kubernetes:helm.sh/")
+        builtin = (
+            "kubernetes:core/",
+            "kubernetes:apps/",
+            "kubernetes:networking.k8s.io/",
+            "kubernetes:rbac.authorization.k8s.io/",
+            "kubernetes:helm.sh/",
+        )
         return [
             r
             for r in self.resources
@@ -169,6 +183,9 @@ def run_program(
 
     def record_export(name: str, value: Any) -> None:
         run.outputs[name] = value
+        if isinstance(value, pulumi.Output):  # a secret output: record its value and that it stays secret
+            value.apply(lambda plain: run.resolved_outputs.__setitem__(name, plain))
+            pulumi.Output.all(value.is_secret()).apply(lambda flags: run.secret_outputs.update({name: flags[0]}))
 
     def record_warning(message: str, *args: Any, **kwargs: Any) -> None:
         run.warnings.append(message)

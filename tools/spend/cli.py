@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from core import spend
+from core.identity import actor_header_value
 from core.manifests import BUDGET_POLICY_NAME
 from core.platform_values import PASSWORD_KEY, REDIS_AUTH_SECRET, REDIS_NAME, REDIS_PORT
 from core.settings import SECRET_PLACEHOLDER, ConfigError, StackSettings
@@ -112,8 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actor",
         metavar="ACTOR",
-        help="only this actor and the pools it is in: <atespace>/<name> as in agent-budgets:actors (or its subject "
-        "actor/<atespace>/<name>)",
+        help=(
+            "only this actor and the pools it is in, as in agent-budgets:actors (<atespace>/<name>, "
+            "serviceaccount:<namespace>/<name> or apikey:<name>) or as its x-actor-id (actor/<atespace>/<name>, ...)"
+        ),
     )
     parser.add_argument(
         "--over",
@@ -167,16 +170,17 @@ class InputError(Exception):
 
 
 def resolve_actor(settings: StackSettings, actor: str) -> str:
-    """The `<atespace>/<name>` of `--actor`, or InputError naming the actors the stack has."""
+    """The actor id of `--actor` (written as in `actors`, or as its `x-actor-id`), or InputError naming the actors
+    the stack has."""
     for known in settings.actors:
-        if actor in (known, f"actor/{known}"):
+        if actor in (known, actor_header_value(known)):
             return known
     listed = ", ".join(settings.actors[:10]) + (
         f" and {len(settings.actors) - 10} more" if len(settings.actors) > 10 else ""
     )
     raise InputError(
         f"unknown actor {actor!r}: it is not in agent-budgets:actors of this stack (which has {listed or 'none'}). "
-        "Write it as <atespace>/<name>"
+        "Write it as in agent-budgets:actors: <atespace>/<name>, serviceaccount:<namespace>/<name> or apikey:<name>"
     )
 
 
