@@ -674,7 +674,13 @@ def check_agent_router_after_identity(resource: Resource, config: Mapping[str, A
     filter_order = resource.spec.get("filterOrder")
     if has_unknown(filter_order):
         return []
-    positions = [as_dict(position) for position in as_list(filter_order)]
+    # Entries Envoy Gateway could not apply (no name, or anchors that are not filter names) move nothing.
+    positions = [
+        position
+        for position in map(as_dict, as_list(filter_order))
+        if isinstance(position.get("name"), str)
+        and all(isinstance(position.get(anchor), str | None) for anchor in ("before", "after"))
+    ]
     late = sorted(
         {
             name

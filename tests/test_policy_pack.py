@@ -1319,6 +1319,15 @@ def test_no_other_rule_s_message_is_the_same(case: Broken):
     assert not any(case.expected in other or other in case.expected for other in others)
 
 
+def test_a_malformed_filter_order_is_reported_like_a_missing_one():
+    """Entries Envoy Gateway could not apply move nothing, so Agent Router would still precede the identity filters."""
+    resources = captured("dev")
+    _spec(resources, "EnvoyProxy")["filterOrder"] = [{"after": 3}, "x", {"name": 5}, {"name": "a", "before": [1]}]
+    [violation] = validate(rules.agent_router_after_identity, "dev", resources)
+    expected = "Agent Router's processor would run before envoy.filters.http.api_key_auth, envoy.filters.http.jwt_authn"
+    assert expected in violation
+
+
 # ---------------------------------------------------------------------------------------------------------
 # What the rules allow, and preview-time unknowns
 
