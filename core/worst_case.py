@@ -26,7 +26,7 @@ Hence, for a limit of L per window W and a most expensive call C:
 The bound is the smaller of the two. Without a calls limit, or without a bound on one call, nothing upstream
 bounds it: the entry says which key to set. tests/test_enforcement.py drives a simulation of the rate-limit
 service with randomized concurrent workloads and checks that no run exceeds these numbers and that some run
-comes within 10% of them.
+comes within one call of each.
 
 Which calls limits and which routes count for a limit:
 

@@ -103,7 +103,9 @@ def compile_cost(expression: str, source: str = "envoyproxy/ai-gateway v1.1.0") 
         raise CostExpressionRefusedError(f"{source} would not compile the cost expression: {error}") from None
 
 
-def _run(compiled: cel.Expression, call: Call, source: str) -> int:
+def run(compiled: cel.Expression, call: Call, source: str = "envoyproxy/ai-gateway v1.1.0") -> int:
+    """What the external processor stores for `call` from an expression `compile_cost` returned (raises when
+    Agent Router would fail)."""
     result = compiled.eval(data=call.activation(DECLARATIONS[source]))
     kind = result.type()
     if kind == cel.Type.ERROR:
@@ -121,12 +123,12 @@ def check_cost_expression(expression: str) -> None:
             raise CostExpressionRefusedError(
                 f"{source}: the expression's type is {compiled.return_type().name()}, not uint or int"
             )
-        _run(compiled, TRIAL_CALL, source)
+        run(compiled, TRIAL_CALL, source)
 
 
 def evaluate(expression: str, call: Call, source: str = "envoyproxy/ai-gateway v1.1.0") -> int:
     """What the external processor stores under the entry's metadata key for `call` (raises when it would fail)."""
-    return _run(compile_cost(expression, source), call, source)
+    return run(compile_cost(expression, source), call, source)
 
 
 def model_as_agent_router_sets_it(sent: str, model_name_override: str | None) -> str:
