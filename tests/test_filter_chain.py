@@ -28,12 +28,13 @@ from core.filter_chain import (
     listener_chain,
     sort_http_filters,
 )
-from core.manifests import budget_policy_manifest, gateway_manifests, jwt_policy_manifest
+from core.manifests import gateway_manifests
 from core.suspension import listener_http_filters
 from core.validation import validate_stack
 from tests.support.crds import load_catalog
+from tests.support.program import stack_config
+from tests.test_suspension import policies
 
-ACTORS = [f"agents/actor-{i:03d}" for i in range(500)]
 CUSTOM_RESPONSE_OF_THE_BUDGET = "envoy.filters.http.custom_response/backendtrafficpolicy/agent-budgets/agent-budgets"
 RATE_LIMIT_OF_THE_BUDGET = "envoy.filters.http.ratelimit/agent-budgets/agent-budgets"
 
@@ -98,28 +99,13 @@ def test_filter_order_moves_a_type_after_the_last_filter_of_its_anchor_and_ignor
 
 
 def program_chain(suspended: int, filter_order: Any = None) -> list[str]:
-    """The listener chain of a stack with the first `suspended` actors suspended, with the EnvoyProxy's
-    `filterOrder` (or the one given)."""
-    stack = validate_stack(
-        {
-            "actors": ACTORS,
-            "budgets": {"default": {"tokens": 500, "per": "Day"}},
-            "suspended": ACTORS[:suspended],
-            "substrate": {"egress": {"enabled": False}},
-        },
-        lambda key: (True, True),
-    )
-    settings = stack.settings
-    [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
-
-    def plain(manifest: Any) -> dict[str, Any]:
-        return {"kind": manifest.kind, "namespace": manifest.namespace, "name": manifest.name, "spec": manifest.spec}
-
-    filters = listener_http_filters(
-        plain(jwt_policy_manifest(settings)), plain(budget_policy_manifest(settings, stack.rules))
-    )
-    order = envoy_proxy.spec.get("filterOrder", []) if filter_order is None else filter_order
-    return listener_chain(filters, order)
+    """The listener chain of a stack with the first `suspended` of 500 actors suspended (tests/test_suspension.py
+    builds its policies), with the program's EnvoyProxy `filterOrder` (or the one given)."""
+    if filter_order is None:
+        settings = validate_stack(stack_config("dev"), lambda key: (True, True)).settings
+        [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
+        filter_order = envoy_proxy.spec["filterOrder"]
+    return listener_chain(listener_http_filters(*policies(suspended)), filter_order)
 
 
 @pytest.mark.parametrize("suspended", [0, 1, 500])
