@@ -400,16 +400,17 @@ def test_appending_a_limit_to_a_class_changes_no_other_key(base):
     assert set(after) - set(base) == {(a, 1) for a in grown.actors}
 
 
-def test_appending_a_calls_limit_changes_no_other_key(base):
-    """A calls limit in a free slot of the default budget and of a class: every existing counter stays."""
+def test_appending_a_calls_limit_changes_no_other_key(base_sample):
+    """A calls limit in a free slot of the default budget and of a class: every existing counter stays (every
+    class member, and every ninth default actor: the default's rules are the same for all of them)."""
     classes = list(BASE_CLASSES)
     paced = classes[6]
     classes[6] = BudgetSpec(paced.name, (*paced.limits, calls(30, "Minute")), paced.actors)
     default = budget("default", tokens(100_000), calls(60, "Minute"))
-    after = limit_counters(compile_layout(default, classes))
-    assert changed(base, after) == set()
-    new = {pair for pair in set(after) - set(base)}
-    assert new == {(a, 1) for a in DEFAULT_ACTORS} | {(a, len(paced.limits)) for a in paced.actors}
+    after = limit_counters(compile_layout(default, classes), SAMPLE)
+    assert changed(base_sample, after) == set()
+    new = {pair for pair in set(after) - set(base_sample)}
+    assert new == {(a, 1) for a in SAMPLE if a not in MEMBERS} | {(a, len(paced.limits)) for a in paced.actors}
 
 
 def test_appending_a_class_changes_only_its_members(base):
