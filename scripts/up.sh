@@ -276,6 +276,9 @@ IDP_TEMPLATES=("${AB_ROOT}/scripts/idp/service.yaml.tmpl" "${AB_ROOT}/scripts/id
 IDP_STAMP_ANNOTATION=agent-budgets.dev/idp-stamp
 SMOKE_POD=agent-budgets-idp-smoke
 SMOKE_IMAGE=python:3.12-alpine
+# The smoke pod's activeDeadlineSeconds (from its scheduling, image pull included), and how long make up waits.
+SMOKE_DEADLINE_SECONDS=120
+SMOKE_WAIT_SECONDS="${SMOKE_WAIT_SECONDS:-150}"
 # How long a rolled-out IdP may take to report ready (its keys loaded) before make up falls back.
 IDP_READY_SECONDS="${IDP_READY_SECONDS:-60}"
 
@@ -406,23 +409,26 @@ idp_smoke_check() {
   kctl -n "${namespace}" create configmap "${SMOKE_POD}" --from-file=fetch_jwks.py="${AB_ROOT}/scripts/idp/fetch_jwks.py" \
     --dry-run=client -o yaml | kctl apply -f - >/dev/null
   kctl -n "${namespace}" delete pod "${SMOKE_POD}" --ignore-not-found --wait=true >/dev/null
-  SMOKE_NAMESPACE="${namespace}" SMOKE_IMAGE="${SMOKE_IMAGE}" JWKS_URI="${uri}" SMOKE_TRUST_SOURCE="${trust}" \
-    render_template "${AB_ROOT}/scripts/idp/smoke-pod.yaml.tmpl" | kctl apply -f - >/dev/null
+  SMOKE_NAMESPACE="${namespace}" SMOKE_IMAGE="${SMOKE_IMAGE}" SMOKE_DEADLINE_SECONDS="${SMOKE_DEADLINE_SECONDS}" \
+    JWKS_URI="${uri}" SMOKE_TRUST_SOURCE="${trust}" render_template "${AB_ROOT}/scripts/idp/smoke-pod.yaml.tmpl" | kctl apply -f - >/dev/null
   local finished=0 output result expected
-  poll_until 150 smoke_pod_finished "${namespace}" && finished=1
+  poll_until "${SMOKE_WAIT_SECONDS}" smoke_pod_finished "${namespace}" && finished=1
   output="$(kctl -n "${namespace}" logs "${SMOKE_POD}" 2>&1 || true)"
   kctl -n "${namespace}" delete pod "${SMOKE_POD}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   kctl -n "${namespace}" delete configmap "${SMOKE_POD}" --ignore-not-found >/dev/null 2>&1 || true
   if ((finished == 0)); then
-    IDP_PROBLEM="the smoke pod ${namespace}/${SMOKE_POD} did not finish within 150s (last phase ${WAITED}; it pulls ${SMOKE_IMAGE})"
+    IDP_PROBLEM="the smoke pod ${namespace}/${SMOKE_POD} did not finish within ${SMOKE_WAIT_SECONDS}s (last phase ${WAITED}): it pulls ${SMOKE_IMAGE}, and it cannot start while ${what} cannot be mounted"
     return 0
   fi
   if ! result="$(facts smoke-result <<<"${output}")"; then
     printf '    smoke check: GET %s trusting %s failed:\n      %s\n' "${uri}" "${what}" "${result}" >&2
+    # The stages are scripts/idp/fetch_jwks.py's; "output" is substrate_facts.py's for a pod that printed none.
     case "${result}" in
+      trust:*) IDP_PROBLEM="the smoke pod found no usable CA in ${what} (above): kubectl --context ${KUBE_CONTEXT} get clustertrustbundles, or the ConfigMap's key ca.crt in mode configMap" ;;
       tls:*) IDP_PROBLEM="the IdP's certificate does not verify as ${uri%%/openid*} against ${what} (the handshake error is above). Check the certificate's names: if Service idp was created after the IdP's pod, FORCE_IDP_DEPLOY=1 bash scripts/up.sh substrate-idp restarts it with a certificate naming idp.ate-system.svc; if the chain itself is refused (Substrate's service-DNS CA is Ed25519), keep localJwks" ;;
       connect:*) IDP_PROBLEM="nothing answered at ${uri} from inside the cluster (above): kubectl --context ${KUBE_CONTEXT} -n ate-system get svc,endpointslices -l app.kubernetes.io/name=ate-idp-server" ;;
-      *) IDP_PROBLEM="the IdP answered, but not with a usable key set (above): kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server" ;;
+      http:* | jwks:*) IDP_PROBLEM="the IdP answered, but not with a usable key set (above): kubectl --context ${KUBE_CONTEXT} -n ate-system logs deploy/ate-idp-server" ;;
+      *) IDP_PROBLEM="the smoke pod ${namespace}/${SMOKE_POD} ended (${WAITED}) without a result, before it reached the IdP (above): it has ${SMOKE_DEADLINE_SECONDS}s to pull ${SMOKE_IMAGE} and run" ;;
     esac
     return 0
   fi
@@ -653,8 +659,7 @@ apply_idp_trust_decision() {
       return 0
     fi
     previous="$(stack_config get --path "${TRUST_MODE_KEY}" 2>/dev/null || true)"
-    printf '%s
-' "${previous}" >"${IDP_SWITCH_FILE}"
+    printf '%s\n' "${previous}" >"${IDP_SWITCH_FILE}"
     stack_config set --path "${TRUST_MODE_KEY}" localJwks >/dev/null
     warn "SWITCHED stack ${PULUMI_STACK} from substrate.trust.mode ${mode} to localJwks (Pulumi.${PULUMI_STACK}.yaml changed): $(<"${IDP_FALLBACK_FILE}")"
     warn "localJwks: Envoy Gateway verifies actor JWTs with a copy of Substrate's public keys (step jwks-sync), never with the IdP; once the IdP passes its smoke check, make up switches back to ${mode}"
@@ -708,6 +713,9 @@ actor_jwks() {
   fi
 }
 
+# How long Envoy Gateway may take to accept the SecurityPolicy once its ConfigMap is filled.
+POLICY_ACCEPT_SECONDS="${POLICY_ACCEPT_SECONDS:-90}"
+
 jwt_policy_accepted() {
   kctl -n "$1" get securitypolicy -l app.kubernetes.io/part-of=agent-budgets -o json | facts policy-accepted
 }
@@ -738,11 +746,11 @@ step_jwks_sync() {
     kctl apply -f - >/dev/null
   rm -f "${file}"
   info "copied the actor JWKS (key ids ${kids}) from ${source} into ConfigMap ${namespace}/${config_map}, key jwks"
-  if poll_until 90 jwt_policy_accepted "${namespace}"; then
-    info "Envoy Gateway accepted the SecurityPolicy with these keys (${WAITED})"
-  else
-    warn "the SecurityPolicy in ${namespace} is not Accepted yet (${WAITED:-no status}): kubectl --context ${KUBE_CONTEXT} -n ${namespace} get securitypolicy -o yaml"
-  fi
+  # No actor is resumed before this passes (step resume-actors comes next): on the first run the SecurityPolicy
+  # has named a missing ConfigMap since pulumi up, and Envoy Gateway answered its routes with 500.
+  wait_until "${POLICY_ACCEPT_SECONDS}" "Envoy Gateway to accept the SecurityPolicy in ${namespace} with these keys (kubectl --context ${KUBE_CONTEXT} -n ${namespace} get securitypolicy -o yaml)" \
+    jwt_policy_accepted "${namespace}"
+  info "Envoy Gateway accepted the SecurityPolicy with these keys (${WAITED})"
   warn "localJwks: when Substrate rotates its signing keys, calls get 401 until this copy is refreshed: bash scripts/up.sh jwks-sync"
 }
 
@@ -831,4 +839,7 @@ main() {
   fi
 }
 
-main "$@"
+# Sourced instead of run (the tests call single functions), it only defines them.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi

@@ -16,14 +16,22 @@ each applied document. What each tool answers, and what it follows:
 * The controllers behind it, as far as these steps see them: a Deployment's pod gets a serving certificate
   whose DNS names are `<svc>.<ns>.svc` for each Service selecting it *when the pod is created* (Substrate's
   service-DNS signer, cmd/podcertcontroller/internal/servicednssigner @19b684c2), so a Service applied after
-  the Deployment is not in it until `rollout restart`; the pod is ready when its key material exists (Secret
-  `actor-id-jwt-pool` for `--actor-id-jwt-pool`, ConfigMap `actor-id-jwks` for `--jwks-file`: ate-idp-server
-  answers /readyz 503 until keys load, server.go @d22f2d94); a required Secret that is missing keeps the
-  rollout from finishing. EndpointSlices follow (discovery.k8s.io/v1, label kubernetes.io/service-name).
-* The smoke pod (`scripts/idp/smoke-pod.yaml.tmpl`) runs at once: it finishes Succeeded with the line
+  the Deployment is not in it until `rollout restart`. (The signer @18d1c266 refuses to sign while no Service
+  selects the pod, so the pod waits instead; but a Service added later is still missing from a certificate
+  signed for another one.) The pod is ready when its key material exists (Secret `actor-id-jwt-pool` for
+  `--actor-id-jwt-pool`, ConfigMap `actor-id-jwks` for `--jwks-file`: ate-idp-server answers /readyz 503 until
+  keys load, server.go @d22f2d94); a required Secret that is missing keeps the rollout from finishing. The
+  pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod serves the key ids
+  of the pool it read when it started, as a pod within that minute of a rotation does. EndpointSlices follow
+  (discovery.k8s.io/v1, label kubernetes.io/service-name).
+* Pods: a Pod's spec is immutable, so applying a changed spec over an existing Pod is refused (`The Pod "NAME"
+  is invalid: spec: Forbidden: pod updates may not change fields other than ...`, exit 1) and an unchanged one
+  is left as it is, finished or not (k8s.io/kubernetes pkg/apis/core/validation ValidatePodUpdate). The smoke
+  pod (`scripts/idp/smoke-pod.yaml.tmpl`) runs when it is created: it finishes Succeeded with the line
   `scripts/idp/fetch_jwks.py` prints for the served key set when the URL's host is in the IdP's certificate
-  and the trust it projects (a ClusterTrustBundle by name, or a ConfigMap) exists; else ToolError with the line
-  that script prints for Python's ssl error or a refused connection.
+  and the trust it projects (a ClusterTrustBundle by name, or a ConfigMap) exists; else Failed with the line
+  that script prints for Python's ssl error or a refused connection. A pod projecting a trust source that
+  does not exist stays Pending (the kubelet cannot set up the volume), and `logs` says it is waiting to start.
 * go: `env GOARCH` and `tool -n ko` (the path of the pinned tool's binary: this fake's `ko`).
 * ko: `build --base-import-paths <module>/cmd/<name>` in a checkout whose go.mod declares <module>; prints
   `$KO_DOCKER_REPO/<name>@sha256:<digest of the checkout's HEAD and name>` (ko's --base-import-paths naming).
@@ -36,17 +44,18 @@ namespace), and `pods` (the IdP's pod: its labels, certificate names, design and
 
 from __future__ import annotations
 
-import base64
+# Only what every call needs is imported here: the fake runs a few hundred times per test module, so each
+# import left to the one verb that needs it is saved on every other call.
 import fcntl
-import hashlib
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-STATE = Path(os.environ["FAKE_DEVCLUSTER"])
+if TYPE_CHECKING:
+    from typing import Any
+
+STATE = os.environ["FAKE_DEVCLUSTER"]
 RESOURCES = {
     "service": "Service",
     "services": "Service",
@@ -141,12 +150,30 @@ class Cluster:
             "sans": [f"{svc}.{namespace}.svc" for svc in self._services_selecting(namespace, labels)],
             "design": design,
             "image": template["spec"]["containers"][0]["image"],
+            # The pool design's keys as read at start (it rereads at most once a minute).
+            "pool_kids": self._pool_kids(namespace) if design == "pool" else [],
         }
+
+    def _pool_kids(self, namespace: str) -> list[str]:
+        secret = self.get("Secret", namespace, "actor-id-jwt-pool")
+        if secret is None:
+            return []
+        import base64
+
+        pool = json.loads(base64.b64decode(secret["data"]["pool"]))
+        return sorted(a["ID"] for a in pool["Authorities"])
 
     def keys_loaded(self, pod: dict[str, Any], namespace: str) -> bool:
         if pod["design"] == "jwks-file":
             return self.get("ConfigMap", namespace, "actor-id-jwks") is not None
-        return self.get("Secret", namespace, "actor-id-jwt-pool") is not None
+        return bool(self._started_pool_kids(pod, namespace))
+
+    def _started_pool_kids(self, pod: dict[str, Any], namespace: str) -> list[str]:
+        """A pod whose Secret was missing has not started yet (the volume cannot mount): it reads the pool once
+        the Secret exists, then keeps what it read."""
+        if not pod["pool_kids"]:
+            pod["pool_kids"] = self._pool_kids(namespace)
+        return pod["pool_kids"]
 
     def endpoint_slices(self, namespace: str, service: str) -> dict[str, Any]:
         svc = self.get("Service", namespace, service)
@@ -174,15 +201,13 @@ class Cluster:
         if pod["design"] == "jwks-file":
             jwks = json.loads(self.get("ConfigMap", namespace, "actor-id-jwks")["data"]["jwks.json"])
             return sorted(k["kid"] for k in jwks["keys"])
-        secret = self.get("Secret", namespace, "actor-id-jwt-pool")
-        pool = json.loads(base64.b64decode(secret["data"]["pool"]))
-        return sorted(a["ID"] for a in pool["Authorities"])
+        return self._started_pool_kids(pod, namespace)
 
     def run_smoke_pod(self, pod: dict[str, Any]) -> None:
         """What scripts/idp/fetch_jwks.py prints in the pod, given the cluster as it is now."""
         namespace = pod["metadata"]["namespace"]
         container = pod["spec"]["containers"][0]
-        url, ca_file = container["command"][2], container["command"][3]
+        url = container["command"][2]
         host = url.split("://", 1)[1].split("/", 1)[0]
         trust = next(v for v in pod["spec"]["volumes"] if v["name"] == "trust")["projected"]["sources"][0]
         if "clusterTrustBundle" in trust:
@@ -198,8 +223,11 @@ class Cluster:
             if e["conditions"]["ready"]
         ]
         if not present:
-            line = {"ok": False, "stage": "trust", "error": f"cannot load the trust bundle {ca_file}: no such file"}
-        elif not ready or idp is None:
+            # The kubelet cannot set up a projected volume whose (non-optional) source is missing: the pod
+            # stays ContainerCreating and never runs the script.
+            pod["status"] = {"phase": "Pending"}
+            return
+        if not ready or idp is None:
             line = {
                 "ok": False,
                 "stage": "connect",
@@ -234,6 +262,16 @@ class Cluster:
                 raise ToolError(f'Error from server (NotFound): namespaces "{namespace}" not found')
             k = key(kind, namespace, meta["name"])
             before = self.objects.get(k)
+            if kind == "Pod" and before is not None:
+                if before.get("spec") != document.get("spec"):
+                    raise ToolError(
+                        f'The Pod "{meta["name"]}" is invalid: spec: Forbidden: pod updates may not change fields '
+                        "other than `spec.containers[*].image`, `spec.initContainers[*].image`, "
+                        "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), "
+                        "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+                    )
+                lines.append(f"pod/{meta['name']} unchanged")
+                continue
             stored = {key_: value for key_, value in document.items() if key_ != "status"}
             if before is not None and "status" in before:
                 stored["status"] = before["status"]
@@ -263,8 +301,9 @@ class Cluster:
             for arg in args:
                 if arg.startswith("--from-file="):
                     spec = arg.split("=", 1)[1]
-                    name, path = spec.split("=", 1) if "=" in spec else (Path(spec).name, spec)
-                    data[name] = Path(path).read_text()
+                    name, path = spec.split("=", 1) if "=" in spec else (os.path.basename(spec), spec)
+                    with open(path, encoding="utf-8") as source:
+                        data[name] = source.read()
             import yaml
 
             obj = {
@@ -296,6 +335,12 @@ class Cluster:
             pod = self.get("Pod", namespace, words[1])
             if pod is None:
                 raise ToolError(f'Error from server (NotFound): pods "{words[1]}" not found')
+            if (pod.get("status") or {}).get("phase") == "Pending":
+                container = pod["spec"]["containers"][0]["name"]
+                raise ToolError(
+                    f'Error from server (BadRequest): container "{container}" in pod "{words[1]}" is waiting to '
+                    "start: ContainerCreating"
+                )
             return pod.get("log", "")
         if verb == "get":
             kind = RESOURCES[words[1]]
@@ -332,13 +377,17 @@ def go(args: list[str]) -> str:
     if args == ["env", "GOARCH"]:
         return "amd64"
     if args == ["tool", "-n", "ko"]:
-        return str(Path(sys.argv[0]).with_name("ko"))
+        return os.path.join(os.path.dirname(sys.argv[0]), "ko")
     raise ToolError(f"go: the fake does not know {' '.join(args)!r}")
 
 
 def ko(args: list[str]) -> str:
     if args[:2] != ["build", "--base-import-paths"] or len(args) != 3:
         raise ToolError(f"ko: the fake builds only --base-import-paths <module>/cmd/<name>, not {args}")
+    import hashlib
+    import subprocess
+    from pathlib import Path
+
     module_line = next(line for line in Path("go.mod").read_text().splitlines() if line.startswith("module "))
     module = module_line.split()[1]
     path = args[2]
@@ -357,6 +406,8 @@ def pulumi(args: list[str]) -> str:
     if args[:1] != ["config"]:
         raise ToolError(f"pulumi: the fake does not know {' '.join(args)!r}")
     stack = option(args, "--stack") or "dev"
+    from pathlib import Path
+
     path = Path(f"Pulumi.{stack}.yaml")
     document = yaml.safe_load(path.read_text()) if path.exists() else {}
     config = document.setdefault("config", {}) or {}
@@ -391,13 +442,13 @@ def pulumi(args: list[str]) -> str:
 
 
 def main() -> int:
-    tool, args = Path(sys.argv[0]).name, sys.argv[1:]
+    tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
     stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
-    with open(STATE / "cluster.json", "r+", encoding="utf-8") as handle:
+    with open(os.path.join(STATE, "cluster.json"), "r+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         state = json.load(handle)
         env = {name: os.environ[name] for name in ("KO_DOCKER_REPO", "KO_DEFAULTPLATFORMS") if name in os.environ}
-        with open(STATE / "calls.jsonl", "a", encoding="utf-8") as calls:
+        with open(os.path.join(STATE, "calls.jsonl"), "a", encoding="utf-8") as calls:
             calls.write(json.dumps({"tool": tool, "argv": args, "stdin": stdin, "env": env}) + "\n")
         try:
             if tool == "kubectl":
