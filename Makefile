@@ -72,7 +72,7 @@ up: $(STAMP)
 	bash scripts/up.sh demo-actors        # worker pool, atespace agents, probe-agent template, actors (suspended)
 	bash scripts/up.sh pulumi-stack       # pulumi login file://<project>/.state; select or create stack dev; localJwks if the IdP is unusable
 	bash scripts/up.sh pulumi-up          # pulumi up --yes --refresh (creates the egress policies); restart envoy-ratelimit
-	bash scripts/up.sh jwks-sync          # mode localJwks only: copy Substrate's public keys into the SecurityPolicy's ConfigMap
+	bash scripts/up.sh jwks-sync          # mode localJwks only: Substrate's public keys into the SecurityPolicy's ConfigMap; wait until it is accepted
 	bash scripts/up.sh resume-actors      # resume the actors now that their egress policies exist
 	bash scripts/up.sh smoke              # each probe agent answers through atenet-router
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import posixpath
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -252,8 +253,9 @@ DESIGN_ABSENT = "absent"  # no cmd/ate-idp-server
 DESIGN_UNKNOWN = "unknown"  # a main.go whose flags match neither design
 IDP_COMMON_FLAGS = ("issuer", "server-cred-bundle", "listen-address")
 IDP_KEY_FLAGS = {DESIGN_POOL: "actor-id-jwt-pool", DESIGN_JWKS_FILE: "jwks-file"}
-# pflag.String("name", ...), fs.StringVar(&v, "name", ...), flag.Duration("name", ...): the declared names.
-_FLAG_DECLARATION = re.compile(r"\b\w+\.\w+\(\s*(?:&[\w.]+\s*,\s*)?\"([a-z][a-z0-9-]*)\"\s*,")
+# pflag.String("name", ...), fs.StringVar(&v, "name", ...), flag.Duration("name", ...): the declared names. Not
+# slog's attributes (slog.String("issuer", *issuer) in main.go @d172cb1d), which have the same shape.
+_FLAG_DECLARATION = re.compile(r"\b(?!slog\.)\w+\.\w+\(\s*(?:&[\w.]+\s*,\s*)?\"([a-z][a-z0-9-]*)\"\s*,")
 
 
 def go_module(root: Path) -> str:
@@ -266,6 +268,16 @@ def go_module(root: Path) -> str:
             if len(words) >= 2 and words[0] == "module":
                 return words[1].strip('"')
     raise CheckoutError(f"no module line in {go_mod}: is {root} a Substrate checkout?")
+
+
+def issuer_jwks_path(issuer: str) -> str:
+    """The path ate-idp-server serves the JWK set on for `issuer`: the issuer's path, cleaned and without a
+    trailing slash, then /openid/v1/jwks (server.go `New` @228aab1b and @d22f2d94: path.Clean("/"+u.Path),
+    oidcdiscovery.JWKSPath)."""
+    from urllib.parse import urlsplit
+
+    base = posixpath.normpath(re.sub("/+", "/", "/" + urlsplit(issuer).path)).rstrip("/")
+    return f"{base}/openid/v1/jwks"
 
 
 def declared_flags(main_go: str) -> set[str]:
@@ -527,6 +539,8 @@ def main(argv: list[str]) -> int:
             print(snapshot_block(Path(args[0]), args[1], args[2] if len(args) > 2 else "the pinned ref"))
         elif query == "go-module":
             print(go_module(Path(args[0])))
+        elif query == "issuer-jwks-path":
+            print(issuer_jwks_path(args[0]))
         elif query == "idp-design":
             design, why = idp_design(Path(args[0]))
             print(f"{design}\t{why}")

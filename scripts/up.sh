@@ -335,15 +335,17 @@ require_idp_ready() {
 # Deployment), then waits for it to serve. IDP_PROBLEM says why, when it does not serve (set -e stays in force: never
 # called as a condition).
 deploy_idp() {
-  local design="$1" stamp current image
+  local design="$1" stamp current image jwks_path
   stamp="$(idp_stamp "${design}" "${ISSUER}")"
+  jwks_path="$(facts issuer-jwks-path "${ISSUER}")"
   current="$(kctl -n ate-system get deployment ate-idp-server -o json 2>/dev/null | facts annotation "${IDP_STAMP_ANNOTATION}" || true)"
   if [[ -z "${FORCE_IDP_DEPLOY:-}" && "${current}" == "${stamp}" ]]; then
     info "ate-idp-server is current (${design} design, checkout ${SUBSTRATE_REF}, templates unchanged): not rebuilt (FORCE_IDP_DEPLOY=1 rebuilds and restarts it)"
   else
     image="$(ko_build_image ate-idp-server)"
     idp_keys "${design}"
-    export IDP_IMAGE="${image}" IDP_ISSUER="${ISSUER}" IDP_STAMP="${stamp}" IDP_DESIGN="${design}"
+    export IDP_IMAGE="${image}" IDP_ISSUER="${ISSUER}" IDP_STAMP="${stamp}" IDP_DESIGN="${design}" \
+      IDP_JWKS_PATH="${jwks_path}"
     # The Service first: the pod's certificate names idp.ate-system.svc only if Service idp selects the pod
     # when the service-DNS signer signs it (cmd/podcertcontroller/internal/servicednssigner).
     render_template "${IDP_TEMPLATES[0]}" | kctl apply -f - >/dev/null
@@ -361,7 +363,7 @@ deploy_idp() {
     return 0
   fi
   if ! poll_until "${IDP_READY_SECONDS}" idp_ready_endpoints; then
-    IDP_PROBLEM="Service idp has no ready endpoint: /readyz answers 503 until the keys load (${hint})"
+    IDP_PROBLEM="Service idp has no ready endpoint: the IdP does not serve its key set (${jwks_path}) yet (${hint})"
     if [[ "${design}" == jwks-file ]] && ! kctl -n ate-system get configmap actor-id-jwks >/dev/null 2>&1; then
       IDP_PROBLEM="ConfigMap ate-system/actor-id-jwks does not exist, so ate-idp-server has no keys to serve: this Substrate's ate-controller does not publish it (${hint})"
     fi

@@ -19,18 +19,19 @@ each applied document. What each tool answers, and what it follows:
   the Deployment is not in it until `rollout restart`. (The signer @18d1c266 refuses to sign while no Service
   selects the pod, so the pod waits instead; but a Service added later is still missing from a certificate
   signed for another one.) The pod is ready when its key material exists (Secret `actor-id-jwt-pool` for
-  `--actor-id-jwt-pool`, ConfigMap `actor-id-jwks` for `--jwks-file`: ate-idp-server answers /readyz 503 until
-  keys load, server.go @d22f2d94); a required Secret that is missing keeps the rollout from finishing. The
-  pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod serves the key ids
-  of the pool it read when it started, as a pod within that minute of a rotation does. EndpointSlices follow
-  (discovery.k8s.io/v1, label kubernetes.io/service-name).
+  `--actor-id-jwt-pool`, ConfigMap `actor-id-jwks` for `--jwks-file`: ate-idp-server answers the JWKS route
+  with an error until keys load, server.go @d22f2d94); a required Secret that is missing keeps the rollout
+  from finishing. The pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod
+  serves the key ids of the pool it read when it started, as a pod within that minute of a rotation does.
+  EndpointSlices follow (discovery.k8s.io/v1, label kubernetes.io/service-name).
 * Pods: a Pod's spec is immutable, so applying a changed spec over an existing Pod is refused (`The Pod "NAME"
   is invalid: spec: Forbidden: pod updates may not change fields other than ...`, exit 1) and an unchanged one
   is left as it is, finished or not (k8s.io/kubernetes pkg/apis/core/validation ValidatePodUpdate). The smoke
   pod (`scripts/idp/smoke-pod.yaml.tmpl`) runs when it is created: it finishes Succeeded with the line
   `scripts/idp/fetch_jwks.py` prints for the served key set when the URL's host is in the IdP's certificate
-  and the trust it projects (a ClusterTrustBundle by name, or a ConfigMap) exists; else Failed with the line
-  that script prints for Python's ssl error or a refused connection. A pod projecting a trust source that
+  and the trust it projects (a ClusterTrustBundle by name, or a ConfigMap) exists, and the URL's path is the
+  IdP's JWKS route under its --issuer's path; else Failed with the line that script prints for Python's ssl
+  error, a refused connection or a 404. A pod projecting a trust source that
   does not exist stays Pending (the kubelet cannot set up the volume), and `logs` says it is waiting to start.
 * go: `env GOARCH` and `tool -n ko` (the path of the pinned tool's binary: this fake's `ko`).
 * ko: `build --base-import-paths <module>/cmd/<name>` in a checkout whose go.mod declares <module>; prints
@@ -150,6 +151,7 @@ class Cluster:
             "sans": [f"{svc}.{namespace}.svc" for svc in self._services_selecting(namespace, labels)],
             "design": design,
             "image": template["spec"]["containers"][0]["image"],
+            "issuer": next((a.split("=", 1)[1] for a in args if a.startswith("--issuer=")), ""),
             # The pool design's keys as read at start (it rereads at most once a minute).
             "pool_kids": self._pool_kids(namespace) if design == "pool" else [],
         }
@@ -203,6 +205,14 @@ class Cluster:
             return sorted(k["kid"] for k in jwks["keys"])
         return self._started_pool_kids(pod, namespace)
 
+    @staticmethod
+    def jwks_route(issuer: str) -> str:
+        """Where ate-idp-server serves the key set: under the issuer's path (server.go @d22f2d94 `New`); any
+        other path answers 404."""
+        after_scheme = issuer.split("://", 1)[-1]
+        issuer_path = after_scheme[after_scheme.find("/") :] if "/" in after_scheme else ""
+        return issuer_path.rstrip("/") + "/openid/v1/jwks"
+
     def run_smoke_pod(self, pod: dict[str, Any]) -> None:
         """What scripts/idp/fetch_jwks.py prints in the pod, given the cluster as it is now."""
         namespace = pod["metadata"]["namespace"]
@@ -240,6 +250,8 @@ class Cluster:
                 "error": "SSLCertVerificationError: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
                 f"Hostname mismatch, certificate is not valid for '{host}'. (_ssl.c:1010)",
             }
+        elif url.split("://", 1)[1][len(host) :] != self.jwks_route(idp["issuer"]):
+            line = {"ok": False, "stage": "http", "error": f"HTTP 404 Not Found from {url}"}
         else:
             line = {"ok": True, "kids": self.served_kids(svc_namespace, idp), "jwks": {"keys": []}}
         pod["status"] = {"phase": "Succeeded" if line["ok"] else "Failed"}

@@ -378,6 +378,39 @@ def test_a_main_go_of_neither_design_is_unknown_and_says_what_it_declares(tmp_pa
     assert facts.idp_design(root)[0] == "unknown"  # both designs at once: neither
 
 
+@pytest.mark.parametrize(
+    ("issuer", "path"),
+    [
+        ("https://idp.ate-system.svc", "/openid/v1/jwks"),
+        ("https://idp.example.com/prod/", "/prod/openid/v1/jwks"),
+        ("https://idp.example.com/a/../b", "/b/openid/v1/jwks"),
+        ("https://idp.example.com/{tenant}", "/{tenant}/openid/v1/jwks"),
+    ],
+)
+def test_the_jwks_route_under_the_issuer_s_path(issuer, path):
+    """As ate-idp-server routes it: the cases of server_test.go TestServesDocumentsUnderIssuerPath @d172cb1d."""
+    assert facts.issuer_jwks_path(issuer) == path
+    done = _run("issuer-jwks-path", issuer)
+    assert done.returncode == 0 and done.stdout.strip() == path
+
+
+def test_log_attributes_are_not_flags(tmp_path):
+    """main.go @d172cb1d logs slog.String("issuer", *issuer): the same shape as a flag declaration."""
+    root = _fixture_checkout(tmp_path, "pool")
+    main = root / "cmd/ate-idp-server/main.go"
+    main.write_text(
+        main.read_text()
+        + 'func logged() { slog.Info("keys", slog.String("jwks-file", path), slog.String("version", v)) }\n'
+    )
+    assert facts.declared_flags(main.read_text()) == {
+        "issuer",
+        "actor-id-jwt-pool",
+        "listen-address",
+        "server-cred-bundle",
+    }
+    assert facts.idp_design(root)[0] == "pool"
+
+
 def test_an_installer_that_deploys_the_idp_wins(tmp_path):
     root = _fixture_checkout(tmp_path, "absent")
     shutil.copytree(FIXTURES / "installer", root, dirs_exist_ok=True)

@@ -324,8 +324,9 @@ def test_substrate_source_uses_an_installer_that_deploys_the_idp(env):
 # --- substrate-idp: what is built and applied ---------------------------------------------------------
 
 
-def _assert_idp_deployed(stage: Stage, design: str) -> None:
-    """Built once with the checkout's ko, applied Service first, in the detected design; every document valid."""
+def _assert_idp_deployed(stage: Stage, design: str, issuer_path: str = "") -> None:
+    """Built once with the checkout's ko, applied Service first, in the detected design, for the stack's issuer
+    (https://idp.ate-system.svc and `issuer_path`); every document valid."""
     _ok(stage)
     assert "FALLBACK" not in stage.done.stderr and stage.fallback is None
     [build] = stage.calls_of("ko")
@@ -342,14 +343,16 @@ def _assert_idp_deployed(stage: Stage, design: str) -> None:
         design, "--jwks-file=/run/actor-id-keys/jwks.json"
     )
     assert container["args"] == [
-        "--issuer=https://idp.ate-system.svc",
+        f"--issuer=https://idp.ate-system.svc{issuer_path}",
         keys_flag,
         "--server-cred-bundle=/run/servicedns.podcert.ate.dev/credential-bundle.pem",
         "--listen-address=:8443",
     ]
     assert container["image"].startswith("localhost:5001/ate-idp-server@sha256:")
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    # Ready once it serves the key set, on the route Envoy Gateway fetches (under the issuer's path).
+    jwks_route = {"path": f"{issuer_path}/openid/v1/jwks", "port": "https", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == jwks_route
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
     # Every file flag names a file a read-only volume puts there.
     volumes = {v["name"]: v["projected"] for v in pod["spec"]["volumes"]}
@@ -409,7 +412,7 @@ def _assert_idp_deployed(stage: Stage, design: str) -> None:
     trust = next(v for v in smoke["spec"]["volumes"] if v["name"] == "trust")["projected"]["sources"]
     assert trust == [{"clusterTrustBundle": {"name": CTB, "path": "ca.crt"}}]
     assert smoke["spec"]["containers"][0]["command"][2:] == [
-        "https://idp.ate-system.svc/openid/v1/jwks",
+        f"https://idp.ate-system.svc{issuer_path}/openid/v1/jwks",
         "/trust/ca.crt",
     ]
     assert "verified against ClusterTrustBundle" in stage.done.stdout
@@ -422,16 +425,22 @@ def _assert_idp_deployed(stage: Stage, design: str) -> None:
 
 GATEWAY_NAMESPACE = "models"
 JWKS_CONFIG_MAP = "actor-keys"
+ISSUER_PATH = "/actors"
 
 
 @pytest.fixture(scope="module")
 def story(tmp_path_factory) -> dict[str, Stage]:
-    """A stack whose gateway namespace and key ConfigMap are not the defaults. First a Substrate without an
-    IdP (the fallback), then one with the pool design, which make up deploys and keeps current."""
+    """A stack whose gateway namespace, key ConfigMap and issuer are not the defaults. First a Substrate
+    without an IdP (the fallback), then one with the pool design, which make up deploys and keeps current."""
     env = DevEnv(tmp_path_factory.mktemp("story"))
+    issuer = f"https://idp.ate-system.svc{ISSUER_PATH}"
     env.stack(
         gateway={"smallCluster": True, "namespace": GATEWAY_NAMESPACE},
-        substrate={"trust": {"jwksConfigMap": JWKS_CONFIG_MAP}},
+        substrate={
+            "issuer": issuer,
+            "jwksUri": f"{issuer}/openid/v1/jwks",
+            "trust": {"jwksConfigMap": JWKS_CONFIG_MAP},
+        },
     )
     env.checkout("absent")
     story = {"no-idp": env.run("substrate-source", "substrate-idp", "pulumi-stack")}
@@ -469,7 +478,13 @@ def story(tmp_path_factory) -> dict[str, Stage]:
     story["new-commit"] = env.run("substrate-idp")
 
     # substrate.trust.mode configMap: the CA is the user's to copy into the gateway namespace.
-    env.stack(substrate={"trust": {"mode": "configMap", "configMap": "idp-ca"}})
+    env.stack(
+        substrate={
+            "issuer": issuer,
+            "jwksUri": f"{issuer}/openid/v1/jwks",
+            "trust": {"mode": "configMap", "configMap": "idp-ca"},
+        }
+    )
     story["ca-missing"] = env.run("substrate-idp")
     ca = {
         "apiVersion": "v1",
@@ -546,7 +561,7 @@ def test_jwks_sync_prefers_the_key_set_substrate_publishes(story):
 
 def test_substrate_idp_builds_and_applies_the_service_before_the_deployment_and_checks_the_jwks(story):
     """In mode localJwks too, the smoke check trusts the ClusterTrustBundle: that is how the stack gets back."""
-    _assert_idp_deployed(story["deployed"], "pool")
+    _assert_idp_deployed(story["deployed"], "pool", ISSUER_PATH)
 
 
 def test_once_the_idp_verifies_the_stack_is_switched_back_and_jwks_sync_rests(story):
