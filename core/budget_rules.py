@@ -12,12 +12,15 @@ of them. The layout is chosen so that counters survive configuration edits:
   envoyproxy/ratelimit `src/limiter/cache_key.go`). Regular-expression values are not part of the key; the
   number of matches in a rule, and where the Distinct one sits, are.
 * Rules come in blocks of `limitSlots` (budgetPolicy.limitSlots, default 1), and a block's j-th rule is its
-  j-th limit. Block 0 is the default budget; blocks 1 to `poolSlots` (budgetPolicy.poolSlots, default 0) are
-  the pools in config order; class k-1 is block `poolSlots + k`. Appending a class appends a block; appending
-  a pool fills the next pool block; appending a limit fills the next slot of its own block; none moves any
-  other rule. A slot without a limit (before the last real rule) holds a reserved rule that matches no actor.
-  With limitSlots 1 and no pool slots this is exactly the single-limit layout of earlier versions, so
-  existing stacks keep their counters.
+  j-th limit. Block 0 is the default budget and class k-1 is block k. Pools come after the classes: once there
+  is a pool, blocks 1 to `classSlots` (budgetPolicy.classSlots) are the classes', and pool p is block
+  `classSlots + 1 + p`. Appending a class (within `classSlots` once there are pools) or a pool appends a
+  block; appending a limit fills the next slot of its own block; none moves any other rule. A slot without a
+  limit (before the last real rule) holds a reserved rule that matches no actor. With limitSlots 1 and no
+  pools this is exactly the single-limit layout of earlier versions, and adding the first pool after the
+  existing classes moves nothing, so existing stacks keep their counters. (Pools before the classes would
+  move every class's counters when the first pool is added; docs/budgets.md, "Why pools come after the
+  classes", has the alternatives.)
 * Every rule of the default budget has Distinct on `x-actor-id` followed by a fixed number of inverted
   regular expressions ("exclusion slots") that exclude every class member. Members are packed into the
   slots; unused slots hold a pattern that matches nothing. The slot count never depends on the classes,
@@ -111,8 +114,9 @@ MAX_LIMIT_SLOTS = MAX_LIMITS_PER_BUDGET
 """The most limits one budget may have (budgetPolicy.limitSlots)."""
 LIMIT_SLOTS_ANNOTATION = "agent-budgets.dev/limit-slots"
 """On the budget policy: its budgetPolicy.limitSlots, so a reader can tell which rules form one budget."""
-POOL_SLOTS_ANNOTATION = "agent-budgets.dev/pool-slots"
-"""On the budget policy when it has pool slots: blocks 1 to this number hold pools (one shared bucket each)."""
+CLASS_SLOTS_ANNOTATION = "agent-budgets.dev/class-slots"
+"""On the budget policy when it has pools: blocks 1 to this number are the classes' (reserved where there is no
+class yet), and every later block is a pool's (one shared bucket per limit)."""
 RESERVED_LIMIT = {"requests": UINT32_MAX, "unit": "Year"}
 """A reserved slot's limit: it matches nobody, and would never refuse anyone if it did."""
 
@@ -456,7 +460,8 @@ class BudgetRules:
     limit_slots: int = 1
     class_of_actor: dict[str, int] = field(default_factory=dict)
     """Each class member → its budget index (k for class k-1; the default, 0, holds everyone else)."""
-    pool_slots: int = 0
+    class_slots: int = 0
+    """budgetPolicy.classSlots: the class blocks before the first pool (they matter only once there are pools)."""
     pools: tuple[PoolSpec, ...] = ()
 
     def specs(self) -> list[dict[str, Any]]:
@@ -559,7 +564,7 @@ def _key(spec: BudgetSpec, fallback: str) -> str:
 
 @dataclass(frozen=True)
 class _Block:
-    """One block of `limitSlots` rules: the default budget, a pool (or a pool slot not used yet), or a class."""
+    """One block of `limitSlots` rules: the default budget, a class (or a class slot not used yet), or a pool."""
 
     number: int
     spec: BudgetSpec | None
@@ -568,25 +573,24 @@ class _Block:
     key: str
 
 
+def first_pool_block(class_count: int, class_slots: int) -> int:
+    """The block of the first pool: after the default's and `classSlots` class blocks (after every class, should
+    there be more, which the layout refuses)."""
+    return 1 + max(class_slots, class_count)
+
+
 def _blocks(
-    default: BudgetSpec, classes: Sequence[BudgetSpec], pools: Sequence[PoolSpec], pool_slots: int
+    default: BudgetSpec, classes: Sequence[BudgetSpec], pools: Sequence[PoolSpec], class_slots: int
 ) -> list[_Block]:
     """Every block in rule order, up to the last one that holds a budget or pool."""
     blocks = [_Block(0, default, 0, None, _key(default, "budgets.default"))]
-    for position in range(max(pool_slots, len(pools))):
-        pool = pools[position] if position < len(pools) else None
-        key = _key(pool, f"budgets.pools[{position}]") if pool else f"budgets.pools[{position}]"
-        blocks.append(_Block(1 + position, pool, None, position, key))
-    for position, budget_class in enumerate(classes, start=1):
-        blocks.append(
-            _Block(
-                pool_slots + position,
-                budget_class,
-                position,
-                None,
-                _key(budget_class, f"budgets.classes[{position - 1}]"),
-            )
-        )
+    first_pool = first_pool_block(len(classes), class_slots)
+    for position in range(1, first_pool):
+        budget_class = classes[position - 1] if position <= len(classes) else None
+        key = _key(budget_class, f"budgets.classes[{position - 1}]") if budget_class else ""
+        blocks.append(_Block(position, budget_class, position, None, key))
+    for position, pool in enumerate(pools):
+        blocks.append(_Block(first_pool + position, pool, None, position, _key(pool, f"budgets.pools[{position}]")))
     while blocks[-1].spec is None:
         blocks.pop()
     return blocks
@@ -598,13 +602,55 @@ def _last_index(blocks: Sequence[_Block], limit_slots: int) -> int:
     return last.number * limit_slots + max(len(last.spec.limits), 1) - 1
 
 
+def _rule_cap_problems(
+    blocks: Sequence[_Block],
+    classes: Sequence[BudgetSpec],
+    pools: Sequence[PoolSpec],
+    limit_slots: int,
+    class_slots: int,
+) -> list[Problem]:
+    """Envoy Gateway's 256 rules per policy: the classes' last rule, then the pools' (after the class blocks)."""
+    class_blocks = [block for block in blocks if block.pool_index is None and block.spec is not None]
+    last_class_index = _last_index(class_blocks, limit_slots)
+    if last_class_index >= MAX_RULES:
+        last = class_blocks[-1].spec
+        assert last is not None
+        # c classes fit when c * limitSlots + (limits of the last class) - 1 < MAX_RULES.
+        most = (MAX_RULES - max(len(last.limits), 1)) // limit_slots
+        return [
+            Problem(
+                "budgets.classes",
+                f"has {len(classes)} classes: with budgetPolicy.limitSlots {limit_slots} they need "
+                f"{last_class_index + 1} rate-limit rules, over Envoy Gateway's {MAX_RULES} per policy, so at most "
+                f"{most} classes fit. Merge classes that share the same limits, or lower budgetPolicy.limitSlots",
+            )
+        ]
+    last_index = _last_index(blocks, limit_slots)
+    if last_index < MAX_RULES:
+        return []
+    last = blocks[-1].spec
+    assert last is not None
+    first_pool = first_pool_block(len(classes), class_slots)
+    # p pools fit when (first_pool + p - 1) * limitSlots + (limits of the last pool) - 1 < MAX_RULES.
+    most = max((MAX_RULES - max(len(last.limits), 1)) // limit_slots - first_pool + 1, 0)
+    return [
+        Problem(
+            "budgets.pools",
+            f"has {len(pools)} pool(s) after {first_pool - 1} class block(s) (budgetPolicy.classSlots "
+            f"{class_slots}): with budgetPolicy.limitSlots {limit_slots} they need {last_index + 1} rate-limit rules, "
+            f"over Envoy Gateway's {MAX_RULES} per policy, so at most {most} pools fit. Merge pools, or lower "
+            "budgetPolicy.classSlots (pool counters restart once) or budgetPolicy.limitSlots",
+        )
+    ]
+
+
 def _layout_problems(
     default: BudgetSpec,
     classes: Sequence[BudgetSpec],
     exclusion_slots: int,
     limit_slots: int,
     pools: Sequence[PoolSpec] = (),
-    pool_slots: int = 0,
+    class_slots: int = 0,
 ) -> list[Problem]:
     """Every reason the budgets and pools cannot be laid out as rules within Envoy Gateway's caps."""
     problems: list[Problem] = []
@@ -621,25 +667,22 @@ def _layout_problems(
             Problem("budgetPolicy.limitSlots", f"is {limit_slots}: it must be between 1 and {MAX_LIMIT_SLOTS}")
         )
         return problems
-    if len(pools) > pool_slots:
-        restart = (
-            "Every class's rules move when it changes, so class counters restart once (the default budget's and "
-            "the pools' keep theirs)"
-            if classes
-            else "With no class yet, no counter moves"
-        )
+    if pools and len(classes) > class_slots:
         problems.append(
             Problem(
-                "budgetPolicy.poolSlots",
-                f"is {pool_slots}, but budgets.pools has {len(pools)} pool(s): set {PROJECT}:budgetPolicy.poolSlots to "
-                f"{len(pools)} or more, with room for the pools you expect to add. {restart}",
+                "budgetPolicy.classSlots",
+                f"is {class_slots}, but budgets.classes has {len(classes)} classes, and the pools' rules come after "
+                f"the classSlots class blocks: set {PROJECT}:budgetPolicy.classSlots to {len(classes)} or more, with "
+                "room for the classes you expect to add. Every pool's rules move when it changes, so pool counters "
+                "restart once (the default budget's and the classes' keep theirs): set it with the first pool, "
+                "when nothing restarts",
             )
         )
-    blocks = _blocks(default, classes, pools, pool_slots)
+    blocks = _blocks(default, classes, pools, class_slots)
     moved = (
         "Every class's and pool's rules move when it changes, so their counters restart once (the default budget's "
         "keep theirs)"
-        if pool_slots
+        if pools
         else "Every class's rules move when it changes, so class counters restart once (the default budget's keep "
         "theirs)"
     )
@@ -669,22 +712,7 @@ def _layout_problems(
                         "matches: split the limit into limits over fewer models each",
                     )
                 )
-    last_index = _last_index(blocks, limit_slots)
-    if last_index >= MAX_RULES:
-        last = blocks[-1].spec
-        assert last is not None
-        # c classes fit when (poolSlots + c) * limitSlots + (limits of the last class) - 1 < MAX_RULES.
-        most = max((MAX_RULES - max(len(last.limits), 1)) // limit_slots - pool_slots, 0)
-        pooled = f" after {pool_slots} pool slot(s)" if pool_slots else ""
-        problems.append(
-            Problem(
-                "budgets.classes" if classes else "budgetPolicy.poolSlots",
-                f"has {len(classes)} classes: with budgetPolicy.limitSlots {limit_slots}{pooled} they need "
-                f"{last_index + 1} rate-limit rules, over Envoy Gateway's {MAX_RULES} per policy, so at most {most} "
-                "classes fit. Merge classes that share the same limits, or lower budgetPolicy.limitSlots"
-                + (" or budgetPolicy.poolSlots" if pool_slots else ""),
-            )
-        )
+    problems.extend(_rule_cap_problems(blocks, classes, pools, limit_slots, class_slots))
     for position, budget_class in enumerate(classes):
         pattern = actors_regex(budget_class.actors)
         if len(pattern) > MAX_VALUE_LENGTH:
@@ -752,14 +780,14 @@ def compile_rules(
     exclusion_slots: int,
     limit_slots: int = 1,
     pools: Sequence[PoolSpec] = (),
-    pool_slots: int = 0,
+    class_slots: int = 0,
 ) -> BudgetRules:
     """Lay every limit of every budget and pool out as rules; raise ConfigError listing every Envoy Gateway cap
     they would break (each Problem names the key to change and how)."""
-    problems = _layout_problems(default, classes, exclusion_slots, limit_slots, pools, pool_slots)
+    problems = _layout_problems(default, classes, exclusion_slots, limit_slots, pools, class_slots)
     if problems:
         raise ConfigError(problems)
-    blocks = _blocks(default, classes, pools, pool_slots)
+    blocks = _blocks(default, classes, pools, class_slots)
     last_index = _last_index(blocks, limit_slots)
     class_of_actor: dict[str, int] = {}
     for position, budget_class in enumerate(classes, start=1):
@@ -814,7 +842,7 @@ def compile_rules(
         slots_used=len(chunks),
         limit_slots=limit_slots,
         class_of_actor=class_of_actor,
-        pool_slots=pool_slots,
+        class_slots=class_slots,
         pools=tuple(pools),
     )
 
@@ -853,8 +881,8 @@ def _limit_spec(limit: Any) -> LimitSpec:
 
 
 def compile_budget_rules(
-    budgets: BudgetsConfig, exclusion_slots: int, limit_slots: int = 1, pool_slots: int = 0
+    budgets: BudgetsConfig, exclusion_slots: int, limit_slots: int = 1, class_slots: int = 0
 ) -> BudgetRules:
     """Compile the validated `agent-budgets:budgets` (see `compile_rules`)."""
     default, classes, pools = budget_specs(budgets)
-    return compile_rules(default, classes, exclusion_slots, limit_slots, pools, pool_slots)
+    return compile_rules(default, classes, exclusion_slots, limit_slots, pools, class_slots)

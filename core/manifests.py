@@ -13,9 +13,9 @@ from typing import Any
 
 from core.budget_rules import (
     ACTOR_HEADER,
+    CLASS_SLOTS_ANNOTATION,
     LIMIT_SLOTS_ANNOTATION,
     MODEL_HEADER,
-    POOL_SLOTS_ANNOTATION,
     TOKEN_COST_TYPES,
     TOKEN_METADATA_KEYS,
     BudgetRules,
@@ -487,11 +487,11 @@ def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manif
         BUDGET_POLICY_NAME,
         settings.gateway.namespace,
         spec,
-        # How many rules each budget owns, and which blocks are pools: the policy pack groups the rules of one
-        # budget by them (the pool-slot annotation only once there are pool slots, so older policies are unchanged).
+        # How many rules each budget owns, and where the pools' blocks start: the policy pack groups the rules of
+        # one budget by them (the class-slot annotation only once there are pools, so older policies are unchanged).
         annotations={
             LIMIT_SLOTS_ANNOTATION: str(rules.limit_slots),
-            **({POOL_SLOTS_ANNOTATION: str(rules.pool_slots)} if rules.pool_slots else {}),
+            **({CLASS_SLOTS_ANNOTATION: str(rules.class_slots)} if rules.pools else {}),
         },
     )
 

@@ -331,7 +331,7 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
     if budgets is not None and budget_policy is not None:
         try:
             rules = compile_budget_rules(
-                budgets, budget_policy.exclusion_slots, budget_policy.limit_slots, budget_policy.pool_slots
+                budgets, budget_policy.exclusion_slots, budget_policy.limit_slots, budget_policy.class_slots
             )
         except ConfigError as error:
             findings.problems.extend(error.problems)

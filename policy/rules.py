@@ -43,6 +43,7 @@ from pulumi_policy.proxy import UnknownValueError
 from core.budget_rules import (
     ACTOR_HEADER,
     CALL_COST,
+    CLASS_SLOTS_ANNOTATION,
     COST_METADATA_KEY,
     COST_METADATA_NAMESPACE,
     KIND_TEXT,
@@ -54,7 +55,6 @@ from core.budget_rules import (
     MAX_SELECTORS,
     MAX_VALUE_LENGTH,
     MODEL_HEADER,
-    POOL_SLOTS_ANNOTATION,
     TOKEN_COST_TYPES,
     TOKEN_METADATA_KEYS,
 )
@@ -420,7 +420,7 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
                 "Envoy replica and forgets on restart, so it is no budget. Move it under rateLimit.global.rules"
             )
     problems.extend(_translation_problems(resource))
-    slots, pools = limit_slots(resource), pool_slots(resource)
+    slots, classes = limit_slots(resource), class_slots(resource)
     for index, rule in enumerate(global_rules(resource)):
         if not keyed_on_actor(rule):
             continue
@@ -428,12 +428,12 @@ def check_budget_rules_charge_tokens(resource: Resource, config: Mapping[str, An
         distinct = [
             m for m in header_matches(rule) if lower(m.get("name")) == ACTOR_HEADER and m.get("type") == "Distinct"
         ]
-        pooled = in_pool_block(index, slots, pools)
+        pooled = in_pool_block(index, slots, classes)
         if not distinct and not pooled and not has_unknown(rule.get("clientSelectors")):
             problems.append(
                 f"{where} has no Distinct match on {ACTOR_HEADER}: every actor it admits would share one "
                 f"bucket. Add `{{name: {ACTOR_HEADER}, type: Distinct}}` (a shared bucket belongs in a pool's block "
-                f"of rules, annotated {POOL_SLOTS_ANNOTATION})"
+                f"of rules, after the class blocks annotated {CLASS_SLOTS_ANNOTATION})"
             )
         shared = rule.get("shared")
         if shared is not True and shared is not UNKNOWN:
@@ -1205,14 +1205,14 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         # whatever model a call names, its actor must fall in one budget.
         actor_rules = [without_model_matches(rule) for rule in policy.rules]
         model = PolicyModel(namespace, name, actor_rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
-        slots, pools = limit_slots(policy.resource), pool_slots(policy.resource)
+        slots, classes = limit_slots(policy.resource), class_slots(policy.resource)
         admission_of_rule = [admitted_actors(rule) for rule in actor_rules]
         probe_reported = False
         for subject in [*subjects, *PROBE_SUBJECTS]:
             if probe_reported and subject in PROBE_SUBJECTS:
                 continue  # one message for callers in no class, whichever source shows it first
             # A pool's rules charge its members on top of their own budget: they are not one of its budgets.
-            applied = [rule for rule in model.for_actor(subject) if not in_pool_block(rule.index, slots, pools)]
+            applied = [rule for rule in model.for_actor(subject) if not in_pool_block(rule.index, slots, classes)]
             blocks = {rule.index // slots for rule in applied}
             admissions = {admission_of_rule[rule.index] for rule in applied}
             budgets = max(len(blocks), len(admissions))
@@ -1275,18 +1275,20 @@ def limit_slots(resource: Resource) -> int:
     return 1
 
 
-def pool_slots(resource: Resource) -> int:
-    """How many blocks after the default budget's hold pools (the program's budgetPolicy.poolSlots, annotated on
-    the policy when it has any). Missing or unreadable: 0, the strictest reading (every rule is a budget's)."""
-    text = dig(resource.props, "metadata", "annotations", POOL_SLOTS_ANNOTATION)
+def class_slots(resource: Resource) -> int | None:
+    """How many blocks after the default budget's are the classes' when the policy has pools (the program's
+    budgetPolicy.classSlots, annotated on the policy only then): every later block is a pool's. Missing or
+    unreadable: None, the strictest reading (no pools: every rule is a budget's)."""
+    text = dig(resource.props, "metadata", "annotations", CLASS_SLOTS_ANNOTATION)
     if isinstance(text, str) and text.isdigit() and int(text) <= MAX_RULES:
         return int(text)
-    return 0
+    return None
 
 
-def in_pool_block(index: int, slots: int, pools: int) -> bool:
-    """Whether rule `index` is in a pool's block: blocks 1 to `pools` of `slots` rules each."""
-    return 1 <= index // slots <= pools
+def in_pool_block(index: int, slots: int, classes: int | None) -> bool:
+    """Whether rule `index` is in a pool's block: any block after the default's and `classes` class blocks of
+    `slots` rules each (none when the policy has no pools)."""
+    return classes is not None and index // slots > classes
 
 
 def without_model_matches(rule: Mapping[str, Any]) -> dict[str, Any]:

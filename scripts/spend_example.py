@@ -34,12 +34,12 @@ from tools.spend.stack import load_stack  # noqa: E402
 DOC = ROOT / "docs" / "spend.md"
 NOW = 1796064480  # 2026-11-30T18:48:00Z, a Monday
 EXAMPLE_STACK = "prod"
-# A pool of the two coders on top of their class, as the example adds it to Pulumi.prod.yaml's budgets (with the
-# pool slot it needs).
+# A pool of the two coders on top of their class, as the example adds it to Pulumi.prod.yaml's budgets (after its
+# three classes, with room for two more).
 POOLS = [
     {"name": "coders", "members": ["agents/coder-1", "agents/coder-2"], "limits": [{"tokens": 3000000, "per": "Day"}]}
 ]
-POOL_SLOTS = 1
+CLASS_SLOTS = 5
 # What each counter holds in the current window, per (actor, limit index) of Pulumi.prod.yaml, and per (pool row,
 # limit index): tokens, calls, or mills ($0.001) for a usd limit. The default budget has a tokens, a calls and a
 # per-model usd limit; agents/research-1's three limits (tokens/Hour, $/Day, $/Month); every other budget has a
@@ -70,7 +70,7 @@ def example_project(folder: Path, redis_port: int) -> Path:
     config["agent-budgets:redis"] = {"mode": "external", "url": f"localhost:{redis_port}"}
     config["agent-budgets:suspended"] = list(SUSPENDED)
     config["agent-budgets:budgets"]["pools"] = POOLS
-    config["agent-budgets:budgetPolicy"]["poolSlots"] = POOL_SLOTS
+    config["agent-budgets:budgetPolicy"]["classSlots"] = CLASS_SLOTS
     for key in ("openaiApiKey", "anthropicApiKey", "redisPassword"):
         config[f"agent-budgets:{key}"] = {"secure": "v1:example"}
     (folder / "Pulumi.yaml").write_bytes((ROOT / "Pulumi.yaml").read_bytes())

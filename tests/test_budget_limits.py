@@ -339,7 +339,7 @@ def compile_layout(
     exclusion_slots: int = 32,
     limit_slots: int = LIMIT_SLOTS,
     pools: list[PoolSpec] | None = None,
-    pool_slots: int = 0,
+    class_slots: int = 0,
 ) -> BudgetRules:
     return compile_rules(
         default,
@@ -347,7 +347,7 @@ def compile_layout(
         exclusion_slots=exclusion_slots,
         limit_slots=limit_slots,
         pools=pools or [],
-        pool_slots=pool_slots,
+        class_slots=class_slots,
     )
 
 
@@ -418,6 +418,18 @@ def test_appending_a_class_changes_only_its_members(base):
     appended = [*BASE_CLASSES, budget("newcomers", tokens(77), usd("0.5", "Hour"), actors=newcomers)]
     after = limit_counters(compile_layout(BASE_DEFAULT, appended))
     assert {actor for actor, _ in changed(base, after)} == set(newcomers)
+
+
+def test_adding_the_first_pool_to_a_stack_with_classes_moves_no_counter(base):
+    """An existing stack (20 classes, no pool) gets its first pools, with budgetPolicy.classSlots set to room for
+    more classes: the pools' blocks come after every class block, so no (actor, limit) counter of the 10,000 moves."""
+    pools = [
+        PoolSpec("lab", (usd("200"),), (), atespaces=("lab",)),
+        PoolSpec("pair", (tokens(9_000),), (ACTORS[1], ACTORS[2])),
+    ]
+    after = limit_counters(compile_layout(BASE_DEFAULT, BASE_CLASSES, pools=pools, class_slots=len(BASE_CLASSES) + 5))
+    assert changed(base, after) == set()
+    assert set(after) - set(base) == {("pool:lab", 0), ("pool:pair", 0)}
 
 
 def test_moving_an_actor_between_classes_changes_only_that_actor(base):
@@ -549,10 +561,14 @@ RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
         "test_budget_pools.py::test_appending_a_per_model_limit_changes_no_other_key",
         "test_budget_pools.py::test_appending_a_token_kind_limit_changes_no_other_key",
     ),
-    "append a class": ("test_budget_limits.py::test_appending_a_class_changes_only_its_members",),
-    "append a pool (up to `budgetPolicy.poolSlots`)": (
-        "test_budget_pools.py::test_appending_a_pool_changes_no_other_key",
+    "append a class (once there are pools, within `budgetPolicy.classSlots`)": (
+        "test_budget_limits.py::test_appending_a_class_changes_only_its_members",
+        "test_budget_pools.py::test_appending_a_class_within_the_class_slots_moves_only_its_members",
     ),
+    "add the first pool (with `budgetPolicy.classSlots` of at least the number of classes)": (
+        "test_budget_limits.py::test_adding_the_first_pool_to_a_stack_with_classes_moves_no_counter",
+    ),
+    "append a pool": ("test_budget_pools.py::test_appending_a_pool_changes_no_other_key",),
     "add or remove a pool's members or atespaces": (
         "test_budget_pools.py::test_changing_a_pool_s_members_or_atespaces_moves_no_counter",
     ),
@@ -586,8 +602,8 @@ RESTART_TABLE_TESTS: dict[str, tuple[str, ...]] = {
         "test_budget_limits.py::test_changing_limit_slots_moves_every_class_counter_and_no_default_one",
         "test_budget_pools.py::test_changing_limit_slots_moves_every_class_and_pool_counter_and_no_default_one",
     ),
-    "change `budgetPolicy.poolSlots`": (
-        "test_budget_pools.py::test_changing_pool_slots_moves_every_class_counter_and_no_default_or_pool_one",
+    "change `budgetPolicy.classSlots` (once there are pools)": (
+        "test_budget_pools.py::test_changing_class_slots_moves_every_pool_counter_and_no_actor_s_own",
     ),
     "change `gateway.namespace` (the policy's namespace is in every key)": (
         "test_budget_limits.py::test_changing_the_gateway_namespace_moves_every_counter",

@@ -73,13 +73,13 @@ def test_two_members_share_one_counter_and_keep_their_own():
     research = BudgetSpec("research", (usd("20"),), ("agents/r1", "agents/r2"))
     pool = PoolSpec("research", (usd("200"),), ("agents/r1", "agents/r2"))
     rules = compile_rules(BudgetSpec("default", (tokens(500),)), [research], 1, 1, [pool], 1)
-    assert [(r.index, r.purpose) for r in rules.rules] == [(0, "default"), (1, "pool:research"), (2, "class:research")]
+    assert [(r.index, r.purpose) for r in rules.rules] == [(0, "default"), (1, "class:research"), (2, "pool:research")]
     model = PolicyModel(NS, NAME, rules.specs())
     r1, r2 = (model.for_actor(actor_header_value(a)) for a in ("agents/r1", "agents/r2"))
     assert [r.index for r in r1] == [r.index for r in r2] == [1, 2]
-    assert r1[0].counter_key(NOW) == r2[0].counter_key(NOW), "the pool's limit: one counter for both"
-    assert r1[1].counter_key(NOW) != r2[1].counter_key(NOW), "their own limits: one counter each"
-    assert actor_header_value("agents/r1") not in r1[0].counter_key(NOW)
+    assert r1[1].counter_key(NOW) == r2[1].counter_key(NOW), "the pool's limit: one counter for both"
+    assert r1[0].counter_key(NOW) != r2[0].counter_key(NOW), "their own limits: one counter each"
+    assert actor_header_value("agents/r1") not in r1[1].counter_key(NOW)
     assert model.for_actor(actor_header_value("agents/other"))[0].index == 0, "not a member: only the default"
 
 
@@ -87,7 +87,7 @@ def test_both_must_have_room_the_pool_refuses_before_a_member_s_own_limit():
     """Members of 600 tokens each in a pool of 1,000, at 200 a call: r1 spends 600 (three calls, its own limit
     then refuses it), r2 gets two calls before the pool is over and refuses everyone in it."""
     pool = PoolSpec("team", (tokens(1_000),), ("agents/r1", "agents/r2"))
-    rules = compile_rules(BudgetSpec("default", (tokens(600),)), [], 1, 1, [pool], 1)
+    rules = compile_rules(BudgetSpec("default", (tokens(600),)), [], 1, 1, [pool], 0)
     admitted, charged = sequential_calls(rules, "agents/r1", {COST_METADATA_KEY: 200}, 4)
     assert admitted == [True, True, True, True] and charged == {0: 800, 1: 800}
     # Through one gateway: the counters are shared across calls of both members.
@@ -107,7 +107,7 @@ def test_both_must_have_room_the_pool_refuses_before_a_member_s_own_limit():
 
 def test_an_atespace_pool_admits_every_actor_of_it_now_and_later():
     pool = PoolSpec("lab", (tokens(9_000),), (), atespaces=("lab",))
-    rules = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 1)
+    rules = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)
     [match] = rules.specs()[1]["clientSelectors"][0]["headers"]
     assert match == {"name": "x-actor-id", "type": "RegularExpression", "value": "^actor/(?:lab)/[^/]+$"}
     model = PolicyModel(NS, NAME, rules.specs())
@@ -152,43 +152,55 @@ def test_a_pool_that_does_not_fit_one_match_is_refused_not_split():
     members = tuple(f"agents/agent-with-a-long-name-{i:04d}" for i in range(40))
     pool = PoolSpec("big", (tokens(9),), members, "budgets.pools[0]")
     with pytest.raises(ConfigError) as caught:
-        compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 1)
+        compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)
     [problem] = caught.value.problems
     assert problem.key == "budgets.pools[0].members"
     assert "pool 'big': matching its 40 members takes 1,4" not in problem.message  # the figure is written plainly
     assert "over Envoy Gateway's 1024 per match. A pool is one rule with one counter" in problem.message
     assert "list those under atespaces instead" in problem.message
     as_atespace = PoolSpec("big", (tokens(9),), (), "budgets.pools[0]", atespaces=("agents",))
-    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [as_atespace], 1)
+    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [as_atespace], 0)
 
 
-def test_pools_need_pool_slots_and_say_what_changing_them_restarts():
+def test_pools_after_classes_need_class_slots_and_say_what_changing_them_restarts():
     pool = PoolSpec("team", (tokens(9),), ("agents/a",))
-    classes = [BudgetSpec("c", (tokens(9),), ("agents/b",))]
+    classes = [BudgetSpec("c", (tokens(9),), ("agents/b",)), BudgetSpec("d", (tokens(9),), ("agents/c",))]
     with pytest.raises(ConfigError) as caught:
-        compile_rules(BudgetSpec("default", (tokens(500),)), classes, 1, 1, [pool], 0)
+        compile_rules(BudgetSpec("default", (tokens(500),)), classes, 1, 1, [pool], 1)
     [problem] = caught.value.problems
-    assert problem.key == "budgetPolicy.poolSlots"
+    assert problem.key == "budgetPolicy.classSlots"
     assert problem.message == (
-        "is 0, but budgets.pools has 1 pool(s): set agent-budgets:budgetPolicy.poolSlots to 1 or more, with room "
-        "for the pools you expect to add. Every class's rules move when it changes, so class counters restart once "
-        "(the default budget's and the pools' keep theirs)"
+        "is 1, but budgets.classes has 2 classes, and the pools' rules come after the classSlots class blocks: set "
+        "agent-budgets:budgetPolicy.classSlots to 2 or more, with room for the classes you expect to add. Every "
+        "pool's rules move when it changes, so pool counters restart once (the default budget's and the classes' "
+        "keep theirs): set it with the first pool, when nothing restarts"
     )
-    with pytest.raises(ConfigError, match="With no class yet, no counter moves"):
-        compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)
+    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)  # no class: nothing to make room for
+    compile_rules(BudgetSpec("default", (tokens(500),)), classes, 1, 1, [], 0)  # no pool: classSlots plays no part
 
 
-def test_unused_pool_slots_hold_reserved_rules_only_before_a_class():
+def test_unused_class_slots_hold_reserved_rules_only_before_a_pool():
     pool = PoolSpec("team", (tokens(9),), ("agents/a",))
-    alone = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, [pool], 3)
-    assert [r.purpose for r in alone.rules] == ["default", "reserved", "pool:team"], "trailing slots are left out"
-    with_class = compile_rules(
-        BudgetSpec("default", (tokens(500),)), [BudgetSpec("c", (tokens(1),), ("agents/b",))], 1, 2, [pool], 3
+    first_class = BudgetSpec("c", (tokens(1),), ("agents/b",))
+    alone = compile_rules(BudgetSpec("default", (tokens(500),)), [first_class], 1, 2, [], 3)
+    assert [r.purpose for r in alone.rules] == ["default", "reserved", "class:c"], "no pool: no class slot reserved"
+    with_pool = compile_rules(BudgetSpec("default", (tokens(500),)), [first_class], 1, 2, [pool], 3)
+    assert [r.purpose for r in with_pool.rules] == ["default", "reserved", "class:c"] + ["reserved"] * 5 + ["pool:team"]
+    assert with_pool.rules[-1].index == (3 + 1) * 2
+
+
+def test_the_pools_that_fit_after_the_class_slots_are_counted():
+    """At limitSlots 2 and classSlots 120, pools take blocks 121 on: rule 127 * 2 = 254 is the last that fits."""
+    pools = [PoolSpec(f"p{i}", (tokens(9),), ("agents/a",)) for i in range(8)]
+    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, pools[:7], 120)
+    with pytest.raises(ConfigError) as caught:
+        compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, pools, 120)
+    [problem] = caught.value.problems
+    assert problem.key == "budgets.pools"
+    assert problem.message.startswith(
+        "has 8 pool(s) after 120 class block(s) (budgetPolicy.classSlots 120): with budgetPolicy.limitSlots 2 they "
+        "need 257 rate-limit rules, over Envoy Gateway's 256 per policy, so at most 7 pools fit"
     )
-    assert [r.purpose for r in with_class.rules] == ["default", "reserved", "pool:team"] + ["reserved"] * 5 + [
-        "class:c"
-    ]
-    assert with_class.rules[-1].index == (3 + 1) * 2
 
 
 def test_a_per_model_limit_starts_with_the_model_match_and_counts_only_those_calls():
@@ -234,7 +246,7 @@ def test_no_two_kinds_with_or_without_models_share_a_key_in_one_slot():
     limits = base + [on(limit, "m") for limit in base]
     budget_keys, pool_keys = set(), set()
     for limit in limits:
-        rules = compile_rules(BudgetSpec("default", (limit,)), [], 1, 1, [PoolSpec("p", (limit,), ("x/a",))], 1)
+        rules = compile_rules(BudgetSpec("default", (limit,)), [], 1, 1, [PoolSpec("p", (limit,), ("x/a",))], 0)
         model = PolicyModel(NS, NAME, rules.specs())
         applied = {r.index: r for r in model.applied({"x-actor-id": "actor/x/a", MODEL_HEADER: "m"})}
         budget_keys.add(applied[0].counter_key(NOW))
@@ -244,11 +256,11 @@ def test_no_two_kinds_with_or_without_models_share_a_key_in_one_slot():
 
 # --- stability at 10,000 actors ---------------------------------------------------------------------------------
 #
-# The pooled layout: the base classes of tests/test_budget_limits.py, two pool slots in use out of three (a pool of
-# the whole atespace `lab`, 1,000 actors, and one of three listed agents), a per-model limit on the default budget
-# and a limit on output tokens on the first pool.
+# The pooled layout: the 20 base classes of tests/test_budget_limits.py in 24 class slots, then two pools (one of the
+# whole atespace `lab`, 1,000 actors, and one of three listed agents), a per-model limit on the default budget and
+# a limit on output tokens on the first pool.
 
-POOL_SLOTS = 3
+CLASS_SLOTS = 24
 POOLED_DEFAULT = BudgetSpec("default", (tokens(100_000), on(usd("2"), "gpt-big")))
 POOLS = [
     PoolSpec("lab", (usd("200"), kind("output", 1_000_000)), (), atespaces=("lab",)),
@@ -261,12 +273,12 @@ def pooled(
     default: BudgetSpec = POOLED_DEFAULT,
     classes: list[BudgetSpec] = BASE_CLASSES,
     pools: list[PoolSpec] = POOLS,
-    pool_slots: int = POOL_SLOTS,
+    class_slots: int = CLASS_SLOTS,
     actors: list[str] = ACTORS,
     limit_slots: int = 3,
 ) -> Counters:
     return limit_counters(
-        compile_layout(default, classes, pools=pools, pool_slots=pool_slots, limit_slots=limit_slots), actors
+        compile_layout(default, classes, pools=pools, class_slots=class_slots, limit_slots=limit_slots), actors
     )
 
 
@@ -374,10 +386,16 @@ def test_changing_a_tokens_limit_s_count_moves_that_limit_only(pooled_sample):
     assert changed(pooled_sample, after) == {("pool:lab", 1)} | {(a, 0) for a in switched.actors}
 
 
-def test_changing_pool_slots_moves_every_class_counter_and_no_default_or_pool_one(pooled_sample):
-    after = pooled(pool_slots=POOL_SLOTS + 1, actors=POOL_SAMPLE)
-    members = {a for c in BASE_CLASSES for a in c.actors}
-    assert changed(pooled_sample, after) == {pair for pair in pooled_sample if pair[0] in members}
+def test_appending_a_class_within_the_class_slots_moves_only_its_members(pooled_sample):
+    newcomers = BudgetSpec("newcomers", (tokens(77), usd("1")), tuple(ACTORS[9_500:9_530]))
+    after = pooled(classes=[*BASE_CLASSES, newcomers], actors=sorted({*POOL_SAMPLE, *newcomers.actors}))
+    assert {actor for actor, _ in changed(pooled_sample, after)} <= set(newcomers.actors)
+    assert not any(pair[0].startswith("pool:") for pair in changed(pooled_sample, after)), "the pools stay"
+
+
+def test_changing_class_slots_moves_every_pool_counter_and_no_actor_s_own(pooled_sample):
+    after = pooled(class_slots=CLASS_SLOTS + 1, actors=POOL_SAMPLE)
+    assert changed(pooled_sample, after) == pool_pairs(POOLS[0]) | pool_pairs(POOLS[1])
 
 
 def test_changing_limit_slots_moves_every_class_and_pool_counter_and_no_default_one(pooled_sample):
@@ -407,7 +425,7 @@ def test_a_model_list_that_does_not_fit_one_match_names_the_limit():
 
 def test_the_summary_names_pools_models_and_kinds():
     pool = PoolSpec("lab", (kind("output", 7), on(usd("3"), "m")), ("agents/a",), atespaces=("lab",))
-    rules = compile_rules(BudgetSpec("default", (tokens(5),)), [], 1, 2, [pool], 1)
+    rules = compile_rules(BudgetSpec("default", (tokens(5),)), [], 1, 2, [pool], 0)
     assert rules.summary()[1:] == [
         {"rule": 2, "budget": "pool:lab", "limit": 0, "unit": "tokens", "amount": 7, "per": "Hour",
          "count": "output", "requests": 7, "members": 1, "atespaces": ["lab"]},

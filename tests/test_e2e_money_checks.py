@@ -287,7 +287,7 @@ def test_pools_check_reads_the_shared_counter_by_its_rule(tmp_path, monkeypatch)
     _, printed = run_check(POOLS, env, monkeypatch)
     assert "counters: a default 200, b default 600, b model 400, pool 800" in printed
     assert 'actor-b call 3: {"status":429' in printed and 'actor-a call 2: {"status":429' in printed
-    assert "config set --path budgetPolicy.poolSlots 1" in env.pulumi.log
+    assert "config set --path budgetPolicy.classSlots 0" in env.pulumi.log
 
 
 def test_pools_check_fails_when_the_pool_is_not_shared(tmp_path, monkeypatch):

@@ -159,11 +159,11 @@ def test_a_pool_charges_listed_members_of_every_source_and_an_atespace_only_its_
     """A pool's `members` may be of any source; its `atespaces` admit Substrate actors only, never the service
     accounts of a namespace of the same name (`system:serviceaccount:agents:*` is no `actor/agents/*`)."""
     pool = {"name": "team", "tokens": 9000, "per": "Day", "members": [SA, KEY], "atespaces": ["agents"]}
-    config = identities(budgetPolicy={"poolSlots": 1})
+    config = identities(budgetPolicy={"classSlots": 1})
     config["budgets"]["pools"] = [pool]
     settings = parse_settings(config)
     policy = settings.budget_policy
-    rules = compile_budget_rules(settings.budgets, policy.exclusion_slots, policy.limit_slots, policy.pool_slots)
+    rules = compile_budget_rules(settings.budgets, policy.exclusion_slots, policy.limit_slots, policy.class_slots)
     model = PolicyModel("agent-budgets", "agent-budgets", rules.specs())
     [pool_rule] = rules.rules_of_pool(0)
     charged = {

@@ -229,7 +229,7 @@ def test_a_pool_s_alerts_speak_of_the_pool_and_a_limit_s_models_and_kind():
             }
         ],
     }
-    config["budgetPolicy"] = {"limitSlots": 2, "poolSlots": 1}
+    config["budgetPolicy"] = {"limitSlots": 2}
     validated = validate_stack(config, lambda key: (False, False))
     group = monitoring.prometheus_rule_manifest(validated.settings, validated.rules, "prod").spec["groups"][0]
     by_rule = {(r["alert"], r["labels"]["rule"]): r for r in group["rules"]}

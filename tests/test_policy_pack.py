@@ -72,7 +72,7 @@ IDENTITIES: dict[str, Any] = {
             }
         ],
     },
-    "budgetPolicy": {"poolSlots": 1},
+    "budgetPolicy": {"classSlots": 1},
     "suspended": ["agents/actor-b", "serviceaccount:agents/probe-sa", "apikey:probe-key"],
 }
 DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
@@ -101,7 +101,7 @@ DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
                     }
                 ],
             },
-            "budgetPolicy": {"limitSlots": 3, "poolSlots": 2},
+            "budgetPolicy": {"limitSlots": 3, "classSlots": 2},
         },
     ),
     "dev-identities": ("dev", IDENTITIES),
@@ -499,7 +499,7 @@ BROKEN: list[Broken] = [
         rules.budget_rules_charge_llm_tokens,
         "dev-pools",
         lambda rs: (
-            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/pool-slots")
+            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/class-slots")
         ),
         "has no Distinct match on x-actor-id: every actor it admits would share one bucket",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
@@ -510,7 +510,7 @@ BROKEN: list[Broken] = [
         rules.budget_rules_cover_each_actor_once,
         "dev-pools",
         lambda rs: (
-            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/pool-slots")
+            find(rs, "BackendTrafficPolicy").inputs["metadata"]["annotations"].pop("agent-budgets.dev/class-slots")
         ),
         "falls in the rules of 2 budgets (",
         "BackendTrafficPolicy agent-budgets/agent-budgets",
@@ -1282,7 +1282,7 @@ BROKEN: list[Broken] = [
         rules.budget_rules_cover_each_actor_once,
         "dev-identities",
         _default_excludes_nobody,
-        "falls in the rules of 2 budgets (0, 2)",  # the default, and the class after the pool's block
+        "falls in the rules of 2 budgets (0, 1)",  # the default, and the class (the pool comes after it)
         "BackendTrafficPolicy agent-budgets/agent-budgets",
         count=3,  # agents/actor-b, serviceaccount:agents/probe-sa and apikey:probe-key
     ),

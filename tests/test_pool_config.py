@@ -63,7 +63,7 @@ TEAM_CONFIG: dict[str, Any] = {
         },
         "pools": [{"name": "research", "atespaces": ["research"], "limits": [{"usd": 200, "per": "Day"}]}],
     },
-    "budgetPolicy": {"limitSlots": 4, "poolSlots": 2},
+    "budgetPolicy": {"limitSlots": 4},
     "substrate": {"egress": {"enabled": False}},
 }
 
@@ -87,7 +87,10 @@ def run():
 
 def test_the_typical_asks_compile_to_the_rules_they_mean(run):
     btp = run.one("BackendTrafficPolicy").inputs
-    assert btp["metadata"]["annotations"] == {"agent-budgets.dev/limit-slots": "4", "agent-budgets.dev/pool-slots": "2"}
+    assert btp["metadata"]["annotations"] == {
+        "agent-budgets.dev/limit-slots": "4",
+        "agent-budgets.dev/class-slots": "0",
+    }
     rules = btp["spec"]["rateLimit"]["global"]["rules"]
     assert [rule["limit"] for rule in rules] == [
         {"requests": 20_000, "unit": "Day"},
@@ -186,7 +189,7 @@ def test_pool_and_model_limit_problems_are_all_in_one_report():
             {"name": "dup", "atespaces": ["lab", "lab"], "limits": [{"calls": 9, "per": "Day", "models": ["a", "a"]}]},
         ],
     }
-    config["budgetPolicy"] = {"limitSlots": 2, "poolSlots": 2}
+    config["budgetPolicy"] = {"limitSlots": 2, "classSlots": 1}
     problems = problems_of(config)
     assert problems["budgets.default.limits[0].models[0]"] == (
         "'gpt-4.1-nano': routes[1] sends calls upstream as 'gpt-4.1-nano' (modelNameOverride), but the rate limit sees "
@@ -204,10 +207,14 @@ def test_pool_and_model_limit_problems_are_all_in_one_report():
     assert "lists 'a' twice" in problems["budgets.pools[2].limits[0].models"]
 
 
-def test_too_few_pool_slots_is_reported_with_the_rest():
-    config = team_config(budgetPolicy={"limitSlots": 4, "poolSlots": 0}, actors=["research/r1", "agents/x", "agents/x"])
+def test_too_few_class_slots_is_reported_with_the_rest():
+    config = team_config(actors=["research/r1", "agents/x", "agents/x"])
+    config["budgets"] = {
+        **config["budgets"],
+        "classes": [{"name": "c", "tokens": 9, "per": "Day", "actors": ["agents/x"]}],
+    }
     problems = problems_of(config)
-    assert problems["budgetPolicy.poolSlots"].startswith("is 0, but budgets.pools has 1 pool(s)")
+    assert problems["budgetPolicy.classSlots"].startswith("is 0, but budgets.classes has 1 classes")
     assert "actors[2]" in problems
 
 

@@ -111,7 +111,7 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
             },
         ],
     }
-    pools["budgetPolicy"] = {"limitSlots": 3, "poolSlots": 3}
+    pools["budgetPolicy"] = {"limitSlots": 3, "classSlots": 2}
     return {
         "dev": (dev, {}),
         "real": (real, keys),
@@ -220,14 +220,15 @@ def test_the_pools_variant_exercises_pools_model_limits_and_token_kinds(catalog)
     config, secrets = variants()["pools"]
     objects = [r.as_object() for r in run_program(config, secrets=secrets).custom_resources()]
     [btp] = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
-    assert btp["metadata"]["annotations"]["agent-budgets.dev/pool-slots"] == "3"
+    assert btp["metadata"]["annotations"]["agent-budgets.dev/class-slots"] == "2"
     rules = btp["spec"]["rateLimit"]["global"]["rules"]
     headers = [[h for s in rule["clientSelectors"] for h in s["headers"]] for rule in rules]
-    # limitSlots 3: the pools hold blocks 1 to 3 (rules 3 to 11), the class block 4 (rules 12 and 13).
+    # limitSlots 3: the class holds block 1 (rules 3 and 4), block 2 is a class slot kept free (rules 6 to 8), the
+    # pools blocks 3 and 4 (rules 9, and 12 and 13).
     assert len(rules) == 14
-    for index in (3, 6, 7):
+    for index in (9, 12, 13):
         assert "Distinct" not in {match["type"] for match in headers[index]}, f"pool rule {index}: one shared counter"
-    assert all(rules[index].get("shadowMode") is True for index in (4, 5, 8, 9, 10, 11))
+    assert all(rules[index].get("shadowMode") is True for index in (5, 6, 7, 8, 10, 11))
     model_matches = [h[0] for h in headers if h[0]["name"] == "x-ai-eg-model"]
     assert {m["type"] for m in model_matches} == {"Exact", "RegularExpression"}
     routes = [o for o in objects if o["kind"] == "AIGatewayRoute"]

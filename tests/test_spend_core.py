@@ -233,7 +233,8 @@ POOLED_ACTORS = ["research/r1", "research/r2", "agents/a", "lab/solo"]
 
 
 def pooled_rules() -> BudgetRules:
-    return compile_budget_rules(BudgetsConfig.model_validate(POOLED), 2, 3, 3)
+    """limitSlots 3, classSlots 2: the default's rules 0-2, the class's 3, a free class block, the pools' 9 and 12."""
+    return compile_budget_rules(BudgetsConfig.model_validate(POOLED), 2, 3, 2)
 
 
 def test_the_plan_gives_every_counter_the_key_the_model_finds_for_its_requests():
@@ -309,6 +310,6 @@ def test_a_pool_row_shows_the_shared_counter_once_and_only_the_shares_that_can_b
     ], "an actor's rows and the rows of the pools it is in"
     metrics = spend.render_prometheus(report)
     assert (
-        'agent_budgets_spent_usd{stack="s",actor="",budget="pool:research",rule="3",limit="0",per="Day"} 30.0'
+        'agent_budgets_spent_usd{stack="s",actor="",budget="pool:research",rule="9",limit="0",per="Day"} 30.0'
         in metrics
     )

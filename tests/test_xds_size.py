@@ -207,7 +207,7 @@ def _many_actors(actors, classes):
                 ),
                 8,
                 limit_slots=3,
-                pool_slots=2,
+                class_slots=2,
             ).specs(),
             id="pools-per-model-limits-and-token-kinds",
         ),

@@ -336,7 +336,8 @@ class BudgetsConfig(ConfigModel):
         default_factory=list,
         description=(
             "Shared buckets in order, each charged by all its members together on top of their own budgets; each "
-            "limit of a pool is one rate-limit rule, within `budgetPolicy.poolSlots`. Append only, never reorder."
+            "limit of a pool is one rate-limit rule, after the classes' `budgetPolicy.classSlots` blocks. Append only, "
+            "never reorder."
         ),
     )
 

@@ -104,8 +104,9 @@ class GatewaySettings(ConfigModel):
         return value
 
 
-MAX_POOL_SLOTS = 254
-"""Envoy Gateway's 256 rules per policy, less the default budget's block and at least one rule after the pools."""
+MAX_CLASS_SLOTS = 254
+"""Envoy Gateway's 256 rules per policy, less the default budget's block and at least one rule of a pool after
+the class blocks."""
 
 
 class BudgetPolicySettings(ConfigModel):
@@ -131,18 +132,20 @@ class BudgetPolicySettings(ConfigModel):
         le=MAX_LIMITS_PER_BUDGET,
         description=(
             "Rule slots each budget reserves for its limits: at least the most `limits` any budget has. With 1, the "
-            "layout of single-limit versions; changing it restarts every class's counters once (the default "
-            "budget's limits keep theirs), so leave room for the windows you will add."
+            "layout of single-limit versions; changing it restarts every class's and pool's counters once (the "
+            "default budget's limits keep theirs), so leave room for the windows you will add."
         ),
     )
-    pool_slots: int = Field(
+    class_slots: int = Field(
         default=0,
         ge=0,
-        le=MAX_POOL_SLOTS,
+        le=MAX_CLASS_SLOTS,
         description=(
-            "Pools the budget policy has room for: each reserves `limitSlots` rules between the default budget and "
-            "the first class. At least the number of `budgets.pools`; changing it restarts every class's counters "
-            "once (the default budget's and the pools' keep theirs), so leave room for the pools you will add."
+            "Class blocks before the pools: pools come after the classes, so once `budgets.pools` is set this is at "
+            "least the number of `budgets.classes`, with room for the classes you will add (each unused one is a "
+            "small reserved rule per limit slot). Set it with the first pool and no counter moves; changing it "
+            "later restarts every pool's counters once (the default budget's and the classes' keep theirs). No "
+            "effect without pools."
         ),
     )
 

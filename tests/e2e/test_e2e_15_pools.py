@@ -48,13 +48,14 @@ def test_a_pool_and_a_per_model_limit(env, report):
         layout = {
             **policy,
             "limitSlots": max(policy.get("limitSlots", 1), len(limits) + 1),
-            "poolSlots": max(policy.get("poolSlots", 0), len(pools)),
+            # Pools come after the class blocks: room for every class the stack has, so no class counter moves.
+            "classSlots": max(policy.get("classSlots", 0), len(budgets.get("classes") or [])),
         }
         changes = {"budgetPolicy": layout, "budgets": changed}
         # Which rules count what: the program's own compilation of the changed budgets.
         settings = BudgetPolicySettings.model_validate(layout)
         compiled = compile_budget_rules(
-            BudgetsConfig.model_validate(changed), settings.exclusion_slots, settings.limit_slots, settings.pool_slots
+            BudgetsConfig.model_validate(changed), settings.exclusion_slots, settings.limit_slots, settings.class_slots
         )
         own = compiled.rules_for_actor(s.target(actor_b))
         rules = {

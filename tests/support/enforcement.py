@@ -465,7 +465,7 @@ BOUNDED_STACK: dict[str, Any] = {
             }
         ],
     },
-    "budgetPolicy": {"limitSlots": 3, "poolSlots": 1},
+    "budgetPolicy": {"limitSlots": 3, "classSlots": 3},
     "providers": [{"name": "openai", "kind": "openai"}],
     "routes": [
         {
