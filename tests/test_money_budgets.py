@@ -18,12 +18,13 @@ from typing import Any
 import pulumi
 import pytest
 
+from core import manifests
 from core.budget_rules import COST_METADATA_KEY
 from core.money import USD_METADATA_KEY, Usage
 from core.problems import ConfigError
 from core.suspension import SUSPENDED_BODY, suspension_response_overrides
 from core.validation import validate_stack
-from tests.support.agent_router_cel import Call, model_as_agent_router_sets_it
+from tests.support.agent_router_cel import Call, CostExpressionRefusedError, model_as_agent_router_sets_it
 from tests.support.agent_router_cel import evaluate as evaluate_call
 from tests.support.program import RecordingMocks, run_program, stack_config
 
@@ -117,6 +118,32 @@ def test_a_route_with_an_override_charges_the_override_models_price_for_each_mod
     for sent in OVERRIDE_ROUTES[0]["models"]:
         assert evaluate(usd["cel"], model_as_agent_router_sets_it(sent, override), **usage) == 110
     assert "gpt-4.1-mini" not in usd["cel"]
+
+
+def test_prices_for_the_names_an_override_route_serves_change_nothing_it_charges():
+    """The issue's case: gpt-4.1-mini and gpt-4.1 have prices of their own (5x apart), yet every call on the
+    override route is charged gpt-4.1-nano's price, because that is the `model` Agent Router hands the CEL."""
+    served = {"gpt-4.1": {"input": 2, "output": 8}, "gpt-4.1-mini": {"input": 0.4, "output": 1.6}}
+    run = run_program(issue_config(routes=OVERRIDE_ROUTES, prices={**OVERRIDE_PRICES, **served}), secrets=SECRETS)
+    [_, usd] = spec(run, "AIGatewayRoute", "gpt")["llmRequestCosts"]
+    override = OVERRIDE_ROUTES[0]["modelNameOverride"]
+    usage = {"input_tokens": 1_000_000, "cached_input_tokens": 400_000, "output_tokens": 100_000}
+    # gpt-4.1-nano: $0.11 (above); gpt-4.1-mini would be $0.56, gpt-4.1 $2.80.
+    for sent in OVERRIDE_ROUTES[0]["models"]:
+        assert evaluate(usd["cel"], model_as_agent_router_sets_it(sent, override), **usage) == 110
+    assert "gpt-4.1-mini" not in usd["cel"] and '"gpt-4.1"' not in usd["cel"]
+
+
+def test_every_program_run_compiles_its_cost_expressions_as_agent_routers_controller_does(monkeypatch):
+    """tests/support/program.py checks each generated CEL with Agent Router's declarations after every run, so a
+    cost expression the controller would refuse (freezing the gateway) fails whichever test generated it."""
+
+    def undeclared(billed: Any, prices: Any) -> dict[str, Any]:
+        return {"metadataKey": USD_METADATA_KEY, "type": "CEL", "cel": "cache_creation_2h_input_tokens * 2u"}
+
+    monkeypatch.setattr(manifests, "route_cost_entry", undeclared)
+    with pytest.raises(CostExpressionRefusedError, match="undeclared reference"):
+        run_program(issue_config(routes=OVERRIDE_ROUTES, prices=OVERRIDE_PRICES), secrets=SECRETS)
 
 
 def test_a_route_with_an_override_and_no_price_for_it_is_refused_naming_the_key():

@@ -3,9 +3,10 @@
 The rule file must hold exactly the PrometheusRule's groups, in the shape Prometheus loads (the group/rule
 schema of tests/support/prometheus_rule_schema.py, every expression parsed by promql-parser). The scrape jobs
 are run through Prometheus' relabelling on the targets its pod discovery would produce: the rules follow
-prometheus/prometheus `model/relabel/relabel.go` (regexes anchored, RE2 syntax, source labels joined with
-`;`, `replace` by default with replacement `$1`) and `discovery/kubernetes/pod.go` (one target per declared
-container port, with `__meta_kubernetes_pod_label_*`, `..._labelpresent_*`, `..._container_port_name`).
+prometheus/prometheus `model/relabel/relabel.go` (regexes anchored, RE2 syntax with `.` matching newlines,
+source labels joined with `;`, `replace` by default with replacement `$1`) and `discovery/kubernetes/pod.go`
+(one target per declared container port, with `__meta_kubernetes_pod_label_*`, `..._labelpresent_*`,
+`..._container_port_name`).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def relabel(target: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, st
     for rule in rules:
         action = rule.get("action", "replace")
         value = ";".join(labels.get(name, "") for name in rule.get("source_labels", []))
-        pattern = re2.compile(f"^(?:{rule.get('regex', '(.*)')})$")
+        pattern = re2.compile(f"^(?s:{rule.get('regex', '(.*)')})$")
         match = pattern.search(value)
         if action == "keep" and not match:
             return None

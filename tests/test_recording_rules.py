@@ -49,6 +49,9 @@ CLAUDE_CALL = Usage(
 # gpt-o: 20,000 fresh * $2 + 100,000 cached * $0.50 + 5,000 out * $8 = $0.04 + $0.05 + $0.04 = $0.13 = 130 mills
 GPT_CALL = Usage(input_tokens=120_000, cached_input_tokens=100_000, output_tokens=5_000, reasoning_tokens=4_000)
 ACTOR_LABEL = "actor_id"
+# The name Prometheus gives Agent Router's `gen_ai.client.token.usage` histogram's sum (ai-gateway v1.1.0
+# `cmd/extproc/mainlib/admin_test.go`), written here rather than taken from the rules under test.
+AGENT_ROUTER_TOKEN_COUNTER = "gen_ai_client_token_usage_sum"
 T = 10_000.0  # the evaluation time, seconds
 SCRAPE = 30.0
 
@@ -99,7 +102,7 @@ def record_calls(store: Store, actor: str, sent: str, billed: str, usage: Usage,
         }
         for step in range(1, 11):  # T-270 ... T
             when = start + SCRAPE * step
-            store.add(recording_rules.TOKEN_METRIC, series, when, per_call * calls * (when - start) / 300)
+            store.add(AGENT_ROUTER_TOKEN_COUNTER, series, when, per_call * calls * (when - start) / 300)
 
 
 def cel_mills(route: dict, sent: str, usage: Usage) -> int:

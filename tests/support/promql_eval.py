@@ -4,15 +4,16 @@ There is no Prometheus engine on PyPI, so the USD recording rules are checked by
 expressions (`promql_parser`, the same parser the other tests use) against samples the test writes, the way
 Prometheus v3 evaluates them. It follows prometheus/prometheus `promql/engine.go` and `promql/functions.go`:
 
-* an instant selector takes each matching series' newest sample no older than the 5-minute lookback delta
-  (`defaultLookbackDelta`); regex matchers are fully anchored;
+* an instant selector takes each matching series' newest sample in the left-open lookback window
+  (T - 5m, T] (`defaultLookbackDelta`);
 * a range selector takes the samples in the left-open window (T - range, T];
 * `rate` is `extrapolatedRate`: counter resets corrected, extrapolated toward the window's ends (only as far as
   1.1 average sample intervals, and never below a zero counter), divided by the window in seconds;
 * `vector(s)`, number literals and unary minus;
 * `sum by (...)`;
 * binary arithmetic between a scalar and a vector, and between vectors one-to-one or many-to-one (`on (...)
-  group_left`): the metric name is dropped, the right side must be unique per matching key.
+  group_left`): the metric name is dropped, the right side must be unique per matching key;
+* regex matchers in RE2 syntax, anchored at both ends (`model/labels/regexp.go`).
 
 Anything else raises `UnsupportedError`, so a rule that grows a construct this module does not evaluate fails the test
 instead of being evaluated wrongly. Recording rules are evaluated in order at one timestamp, each result stored
@@ -21,14 +22,15 @@ under its `record` name with the rule's `labels`, as Prometheus' rule group does
 
 from __future__ import annotations
 
+import itertools
 import operator
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import promql_parser
+import re2
 
 Labels = frozenset[tuple[str, str]]
 Vector = dict[Labels, float]
@@ -81,9 +83,9 @@ def _matches(series: Labels, selector: Any) -> bool:
         elif op == "MatchOp.NotEqual":
             ok = value != matcher.value
         elif op == "MatchOp.Re":
-            ok = re.fullmatch(matcher.value, value) is not None
+            ok = _anchored(matcher.value).search(value) is not None
         elif op == "MatchOp.NotRe":
-            ok = re.fullmatch(matcher.value, value) is None
+            ok = _anchored(matcher.value).search(value) is None
         else:
             raise UnsupportedError(f"matcher {op}")
         if not ok:
@@ -91,29 +93,36 @@ def _matches(series: Labels, selector: Any) -> bool:
     return True
 
 
+def _anchored(pattern: str) -> Any:
+    """A matcher's regex as Prometheus compiles it (`labels.NewFastRegexMatcher`): RE2, anchored, `.` matching `\\n`."""
+    return re2.compile(f"^(?s:{pattern})$")
+
+
 def _without_name(key: Labels) -> Labels:
     return frozenset(item for item in key if item[0] != NAME)
 
 
 def extrapolated_rate(samples: list[tuple[float, float]], start: float, end: float) -> float | None:
-    """`rate` of one counter over the window (start, end], as promql/functions.go `extrapolatedRate`."""
+    """`rate` of one counter over the window (start, end], as promql/functions.go `extrapolatedRate` (v3): the
+    gap to the window's start is cut to half a sample interval when it exceeds 1.1 intervals, and only then to
+    the counter's extrapolated zero point (Prometheus v2 took the zero point first)."""
     if len(samples) < 2:
         return None
     result = samples[-1][1] - samples[0][1]
-    previous = 0.0
-    for _, value in samples:
-        if value < previous:  # a counter reset
-            result += previous
-        previous = value
+    for (_, before), (_, value) in itertools.pairwise(samples):
+        if value < before:  # a counter reset
+            result += before
     to_start, to_end = samples[0][0] - start, end - samples[-1][0]
     sampled = samples[-1][0] - samples[0][0]
     average = sampled / (len(samples) - 1)
+    threshold = average * 1.1
+    if to_start >= threshold:
+        to_start = average / 2
     if result > 0 and samples[0][1] >= 0:
         to_start = min(to_start, sampled * (samples[0][1] / result))
-    threshold = average * 1.1
-    interval = sampled + (to_start if to_start < threshold else average / 2)
-    interval += to_end if to_end < threshold else average / 2
-    return result * (interval / sampled) / (end - start)
+    if to_end >= threshold:
+        to_end = average / 2
+    return result * ((sampled + to_start + to_end) / sampled) / (end - start)
 
 
 def evaluate(node: Any, store: Store, t: float) -> float | Vector:
