@@ -50,6 +50,7 @@ from core.recording_rules import (
     USD_RECORD,
     billed_prices,
     priced_counters,
+    promql_string,
     usd_expression,
 )
 from core.settings import StackSettings
@@ -111,7 +112,7 @@ def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
     """Every panel the stack has data for, in the order they are laid out."""
     actor = settings.monitoring.actor_label
     priced = bool(billed_prices(settings))
-    domain = json.dumps(shared_domain(settings.gateway.namespace, BUDGET_POLICY_NAME))
+    domain = promql_string(shared_domain(settings.gateway.namespace, BUDGET_POLICY_NAME))
     range_usd = f"increase({priced_counters()}[{RANGE}])"
     specs: list[PanelSpec] = []
     if actor and priced:

@@ -36,7 +36,7 @@ from core.manifests import BUDGET_POLICY_NAME, Manifest
 from core.monitors import metrics_absent_alert_group
 from core.ratelimit_deployment import METRICS_PORT
 from core.ratelimit_model import shared_domain, shared_rule_key
-from core.recording_rules import recording_group
+from core.recording_rules import promql_string, recording_group
 from core.settings import MonitoringSettings, StackSettings
 from core.spend import spec_text
 
@@ -73,11 +73,6 @@ def near_limit_ratio(monitoring: MonitoringSettings) -> str:
     return format(ratio.normalize(), "f")
 
 
-def _quote(value: str) -> str:
-    """A PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def rule_key1(policy_namespace: str, rule_index: int) -> str:
     """The `key1` label of one budget rule's rate-limit counters (Envoy Gateway's statsd mapping)."""
     generic = shared_rule_key(policy_namespace, BUDGET_POLICY_NAME, rule_index)
@@ -87,7 +82,7 @@ def rule_key1(policy_namespace: str, rule_index: int) -> str:
 def rule_selector(policy_namespace: str, rule_index: int) -> str:
     """The label matchers of one budget rule's rate-limit counters."""
     domain = shared_domain(policy_namespace, BUDGET_POLICY_NAME)
-    return f"{{domain={_quote(domain)},key1={_quote(rule_key1(policy_namespace, rule_index))}}}"
+    return f"{{domain={promql_string(domain)},key1={promql_string(rule_key1(policy_namespace, rule_index))}}}"
 
 
 def event_expression(metric: str, selector: str) -> str:

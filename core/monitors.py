@@ -27,23 +27,22 @@ and with the operator's `enforcedNamespaceLabel` the scraped series and the rule
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from core.manifests import GATEWAY_NAME, Manifest
-from core.ratelimit_deployment import METRICS_PORT_NAME, RATELIMIT_CONTAINER_NAME, STATS_FLUSH_INTERVAL
-from core.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings
+from core.ratelimit_deployment import (
+    METRICS_PORT_NAME,
+    RATELIMIT_CONTAINER_NAME,
+    RATELIMIT_POD_LABELS,
+    STATS_FLUSH_INTERVAL,
+)
+from core.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings, prometheus_label
 
 POD_MONITOR_API = "monitoring.coreos.com/v1"
 RATELIMIT_MONITOR_NAME = "envoy-ratelimit"
 AGENT_ROUTER_MONITOR_NAME = "agent-router"
 METRICS_PATH = "/metrics"
 AGENT_ROUTER_METRICS_PORT_NAME = "aigw-admin"
-RATELIMIT_POD_LABELS = {
-    "app.kubernetes.io/name": RATELIMIT_CONTAINER_NAME,
-    "app.kubernetes.io/component": "ratelimit",
-    "app.kubernetes.io/managed-by": "envoy-gateway",
-}
 ENVOY_POD_LABELS = {
     "app.kubernetes.io/name": "envoy",
     "app.kubernetes.io/component": "proxy",
@@ -124,11 +123,6 @@ def pod_monitor_manifests(settings: StackSettings) -> list[Manifest]:
     return all_pod_monitors(settings)
 
 
-def _label_name(name: str) -> str:
-    """A Kubernetes label key as a Prometheus meta-label suffix (prometheus-operator `sanitizeLabelName`)."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
 def scrape_config(monitor: Manifest) -> dict[str, Any]:
     """The Prometheus scrape job the operator generates for one of our PodMonitors (prometheus-operator
     v0.93.0 `pkg/prometheus/promcfg.go` `generatePodMonitorConfig`, without the operator's own bookkeeping
@@ -145,8 +139,8 @@ def scrape_config(monitor: Manifest) -> dict[str, Any]:
             {
                 "action": "keep",
                 "source_labels": [
-                    f"__meta_kubernetes_pod_label_{_label_name(key)}",
-                    f"__meta_kubernetes_pod_labelpresent_{_label_name(key)}",
+                    f"__meta_kubernetes_pod_label_{prometheus_label(key)}",
+                    f"__meta_kubernetes_pod_labelpresent_{prometheus_label(key)}",
                 ],
                 "regex": f"({value});true",
             }

@@ -25,6 +25,7 @@ from typing import Any
 
 from core.manifests import common_labels
 from core.monitoring import metrics_header_attributes, near_limit_ratio
+from core.ratelimit_deployment import RATELIMIT_POD_LABELS
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_CONTROLLER_NAME,
@@ -48,9 +49,6 @@ AGENT_ROUTER_NAMESPACE = "envoy-ai-gateway-system"
 AGENT_ROUTER_CONTROLLER = "ai-gateway-controller"
 EXTENSION_SERVER_PORT = 1063
 EXTENSION_SERVER_HOST = f"{AGENT_ROUTER_CONTROLLER}.{AGENT_ROUTER_NAMESPACE}.svc.cluster.local"
-RATELIMIT_CONTAINER = "envoy-ratelimit"
-# The label Envoy Gateway puts on every envoy-ratelimit pod (internal/infrastructure/kubernetes/ratelimit).
-RATELIMIT_POD_LABELS = {"app.kubernetes.io/component": "ratelimit"}
 # Pod annotation that rolls the envoy-gateway Deployment when its configuration changes.
 CONFIG_CHECKSUM_ANNOTATION = "agent-budgets.dev/envoy-gateway-config-sha256"
 # radix needs implicit pipelining for Redis Cluster (older ratelimit images refuse to start without it).
@@ -469,7 +467,8 @@ def redis_service_spec(headless: bool) -> dict[str, Any]:
 
 
 def redis_network_policy_spec() -> dict[str, Any]:
-    """Admit only envoy-ratelimit pods in envoy-gateway-system, and only on the Redis port."""
+    """Admit only envoy-ratelimit pods in envoy-gateway-system (all of Envoy Gateway's labels on them, which no
+    configuration can change), and only on the Redis port."""
     return {
         "podSelector": {"matchLabels": redis_labels()},
         "policyTypes": ["Ingress"],

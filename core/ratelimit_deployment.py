@@ -35,6 +35,13 @@ from typing import Any
 # --- Envoy Gateway's side (envoyproxy/gateway v1.9.0 internal/infrastructure/kubernetes/ratelimit/resource.go)
 
 RATELIMIT_CONTAINER_NAME = "envoy-ratelimit"
+# `rateLimitLabels`: on the Deployment, its selector and every pod; copied over any user pod labels, so no
+# configuration can change them (resource_provider.go `Deployment`).
+RATELIMIT_POD_LABELS = {
+    "app.kubernetes.io/name": RATELIMIT_CONTAINER_NAME,
+    "app.kubernetes.io/component": "ratelimit",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
 REDIS_CERTS_VOLUME = "redis-certs"
 REDIS_CERTS_DIR = "/redis-certs"
 GRPC_CERTS_VOLUME = "certs"

@@ -75,8 +75,8 @@ def _number(value: Decimal) -> str:
     return "0" if text in ("-0", "0") else text
 
 
-def _quote(value: str) -> str:
-    """A PromQL string literal."""
+def promql_string(value: str) -> str:
+    """A PromQL string literal (double-quoted; backslashes and quotes escaped), for every query the program writes."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -129,7 +129,7 @@ def usd_expression(counters: str, by: str) -> str:
 def priced_counters() -> str:
     """The token counters a price applies to."""
     types = "|".join(PRICED_TOKEN_TYPES)
-    return f"{TOKEN_METRIC}{{{TOKEN_TYPE_LABEL}=~{_quote(types)}}}"
+    return f"{TOKEN_METRIC}{{{TOKEN_TYPE_LABEL}=~{promql_string(types)}}}"
 
 
 def usd_rule(settings: StackSettings) -> dict[str, Any]:

@@ -1,16 +1,15 @@
 """Budget alerts and per-actor metrics: the PrometheusRule (monitoring.prometheusRules), its PromQL, its schema.
 
 The PrometheusRule is validated against the shape prometheus-operator v0.93.0 accepts
-(tests/support/prometheus_rule_schema.py, always), and against its own CRD file
-(`example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml`) where that is at hand:
-it is not among the pinned CRDs, and `make crds` fetches it into `.crds/`. Every expression is parsed with
-a PromQL parser (promql-parser, a port of Prometheus' own grammar).
+(tests/support/prometheus_rule_schema.py, which also refuses the unknown fields the API server would prune)
+and against that release's own CRD among the pinned CRDs
+(`example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml`). Every expression is parsed
+with a PromQL parser (promql-parser, a port of Prometheus' own grammar).
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import jsonschema
 import promql_parser
@@ -21,11 +20,9 @@ from core.budget_rules import compile_budget_rules
 from core.ratelimit_model import rules_for_actor
 from core.settings import ConfigError, prometheus_label
 from core.validation import validate_stack
-from tests.support.crds import REPO_ROOT, CrdCatalog, crd_root
+from tests.support.crds import load_catalog
 from tests.support.program import run_program, stack_config
 from tests.support.prometheus_rule_schema import PROMETHEUS_RULE_SCHEMA, group_names_unique
-
-PROMETHEUS_CRD = Path("prometheus-operator-v0.93.0") / "monitoring.coreos.com_prometheusrules.yaml"
 
 
 def monitored_config(**monitoring_settings) -> dict:
@@ -141,15 +138,8 @@ def test_bad_monitoring_settings_are_reported_with_their_key(settings, key, word
     assert words in str(error.value)
 
 
-def _prometheus_catalog() -> CrdCatalog | None:
-    for root in (crd_root(), REPO_ROOT / ".crds"):
-        if (root / PROMETHEUS_CRD).is_file():
-            return CrdCatalog.from_dir(root)
-    return None
-
-
 def test_the_prometheus_rule_has_the_shape_prometheus_operator_accepts(monitored_run):
-    """Always run (CI included): the schema of tests/support/prometheus_rule_schema.py, from upstream's types."""
+    """The schema of tests/support/prometheus_rule_schema.py (from upstream's types), then the pinned CRD itself."""
     rule = prometheus_rule(monitored_run)
     validator = jsonschema.Draft202012Validator(PROMETHEUS_RULE_SCHEMA)
     assert [error.message for error in validator.iter_errors(rule)] == []
@@ -160,13 +150,12 @@ def test_the_prometheus_rule_has_the_shape_prometheus_operator_accepts(monitored
         if bad is None:
             del broken["spec"]["groups"][0]["rules"][0][field]
         assert list(validator.iter_errors(broken)), f"a rule with a bad {field!r} passed"
-    # Where prometheus-operator's own CRD file is at hand (`make crds` puts it in .crds/), it must agree.
-    catalog = _prometheus_catalog()
-    if catalog is not None:
-        catalog.assert_valid(rule)
-        broken = copy.deepcopy(rule)
-        broken["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
-        assert catalog.validate(broken).errors
+    # prometheus-operator v0.93.0's own CRD (pinned) agrees.
+    catalog = load_catalog()
+    catalog.assert_valid(rule)
+    broken = copy.deepcopy(rule)
+    broken["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    assert catalog.validate(broken).errors
 
 
 def test_every_limit_of_a_budget_gets_its_alerts_and_reserved_slots_none():

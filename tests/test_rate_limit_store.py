@@ -205,7 +205,15 @@ def test_network_policy_admits_only_envoy_ratelimit(in_cluster):
     assert rule["from"] == [
         {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
-            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "ratelimit"}},
+            # Envoy Gateway v1.9.0 rateLimitLabels: every envoy-ratelimit pod has all three, other pods of the
+            # namespace (a component labelled `ratelimit` included) are not admitted.
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "envoy-ratelimit",
+                    "app.kubernetes.io/component": "ratelimit",
+                    "app.kubernetes.io/managed-by": "envoy-gateway",
+                }
+            },
         }
     ]
     assert rule["ports"] == [{"protocol": "TCP", "port": 6379.0}]

@@ -15,7 +15,9 @@ _OTEL_ATTRIBUTE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
 
 def prometheus_label(attribute: str) -> str:
-    """The Prometheus label an OpenTelemetry attribute becomes: every character outside [a-zA-Z0-9_] → `_`."""
+    """A name as a Prometheus label name: every character outside [a-zA-Z0-9_] → `_`. How an OpenTelemetry
+    attribute becomes a label, and how the Prometheus Operator turns a Kubernetes label key into a meta-label
+    suffix (`sanitizeLabelName`, pkg/prometheus/promcfg.go)."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from core import platform_values as platform
 from core.manifests import BUDGET_POLICY_NAME, JWT_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
+from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
@@ -71,7 +72,7 @@ class Settings:
     gateway_service: str = GATEWAY_SERVICE_NAME
     gateway_port: int = _GATEWAY.port
     gateway_host: str = GATEWAY_HOSTNAME
-    ratelimit_deployment: str = platform.RATELIMIT_CONTAINER
+    ratelimit_deployment: str = RATELIMIT_CONTAINER_NAME
     policy_namespace: str = _GATEWAY.namespace
     policy_name: str = BUDGET_POLICY_NAME
     jwt_policy_name: str = JWT_POLICY_NAME
