@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
 	@echo "make up         bring the dev environment up: kind, Substrate, pulumi up on a local backend"
-	@echo "make e2e        run the end-to-end checks against the live dev stack"
+	@echo "                IDENTITY=kubernetes: without Substrate (agents are pods with a service-account token or an API key)"
+	@echo "make e2e        run the end-to-end checks against the live dev stack (IDENTITY=kubernetes: the Substrate-free one)"
 	@echo "make bench-e2e  latency added by the full path, against the live dev stack"
 	@echo "make bench      resources registered and seconds for 100, 1,000 and 10,000 actors (mocks)"
 	@echo "make spend      who spent what, who is near the limit, when it resets (STACK=dev, ARGS='--json ...')"
@@ -61,7 +62,28 @@ simulate: $(STAMP)
 bench-egress: $(STAMP)
 	$(BIN)/python scripts/bench_egress.py --actors 10000 --latency 0.3 1.0
 
+# Which dev environment `make up`, `make down`, `make e2e` and `make bench-e2e` work on (docs/dev-environment.md):
+# substrate (the default) or kubernetes (no Substrate: agents are plain pods calling with a projected
+# service-account token or an API key; its own kind cluster and stack dev-kubernetes). Plain `=` and exported, as
+# STACK below: only the make command line picks it (`make up IDENTITY=kubernetes`), and every script sees it.
+IDENTITY = substrate
+export IDENTITY
+ifeq ($(filter $(IDENTITY),substrate kubernetes),)
+$(error IDENTITY=$(IDENTITY): use substrate (the default) or kubernetes)
+endif
+
 # One line per step (scripts/up.sh STEP), so `make -n up` shows the whole sequence; each is safe to re-run.
+ifeq ($(IDENTITY),kubernetes)
+up: $(STAMP)
+	IDENTITY=kubernetes bash scripts/up.sh check-prereqs        # one line per missing tool: docker, kind, kubectl, pulumi, python3 (nothing is built)
+	IDENTITY=kubernetes bash scripts/up.sh kind-cluster         # kind cluster agent-budgets-kubernetes (no feature gates) + registry localhost:5001
+	IDENTITY=kubernetes bash scripts/up.sh probe-image          # build the probe agent image, push it to the kind registry
+	IDENTITY=kubernetes bash scripts/up.sh pulumi-stack         # pulumi login file://<project>/.state; select or create stack dev-kubernetes
+	IDENTITY=kubernetes bash scripts/up.sh pulumi-up            # pulumi up --yes --refresh; restart envoy-ratelimit
+	IDENTITY=kubernetes bash scripts/up.sh service-account-keys # check the cluster's issuer; /openid/v1/jwks into the SecurityPolicy's ConfigMap; wait until accepted
+	IDENTITY=kubernetes bash scripts/up.sh agent-pods           # namespace agents: a probe pod per service account (projected token) and one with an API key
+	IDENTITY=kubernetes bash scripts/up.sh smoke                # each probe pod answers /readyz
+else
 up: $(STAMP)
 	bash scripts/up.sh check-prereqs      # one line per missing tool: docker, kind, kubectl, go, git, pulumi, python3
 	bash scripts/up.sh kind-cluster       # kind + feature gates + certificates.k8s.io/v1beta1 + registry localhost:5001 + proxy_arp
@@ -75,15 +97,17 @@ up: $(STAMP)
 	bash scripts/up.sh jwks-sync          # mode localJwks only: Substrate's public keys into the SecurityPolicy's ConfigMap; wait until it is accepted
 	bash scripts/up.sh resume-actors      # resume the actors now that their egress policies exist
 	bash scripts/up.sh smoke              # each probe agent answers through atenet-router
+endif
 
 down:
-	bash scripts/down.sh pulumi-destroy   # pulumi destroy --yes (stack dev)
-	bash scripts/down.sh kind-delete      # kind delete cluster --name agent-budgets
+	bash scripts/down.sh pulumi-destroy   # pulumi destroy --yes (stack dev; IDENTITY=kubernetes: dev-kubernetes)
+	bash scripts/down.sh kind-delete      # kind delete cluster (agent-budgets; IDENTITY=kubernetes: agent-budgets-kubernetes)
 
 # tests/e2e is excluded from the unit run (pyproject norecursedirs); the override collects it here.
-# AGENT_BUDGETS_E2E_REQUIRE_STACK=1: no live stack is a failure naming the reason, never a skip.
+# AGENT_BUDGETS_E2E_REQUIRE_STACK=1: no live stack is a failure naming the reason, never a skip. The stack of
+# IDENTITY decides which checks apply (their identity_source marks); the summary names each one skipped and why.
 e2e: $(STAMP)
-	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m pytest tests/e2e -o 'norecursedirs=venv .git' -p no:cacheprovider -s -v
+	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m pytest tests/e2e -o 'norecursedirs=venv .git' -p no:cacheprovider -s -v -rs
 
 bench-e2e: $(STAMP)
 	AGENT_BUDGETS_E2E_REQUIRE_STACK=1 $(BIN)/python -m tests.e2e.bench_latency

@@ -5,15 +5,18 @@ The e2e checks reach it through Substrate's ingress (``atenet-router`` with the 
 leaves through the egress gateway, exactly like a real agent's. Standard library only.
 
 Endpoints
-    GET  /readyz, /healthz   200 {"status": "ok"}
+    GET  /readyz, /healthz   200 {"status": "ok"}; /readyz 503 while $PROBE_AUTHORIZATION_FILE cannot be read
     POST /call               one model call; the JSON body says how (all fields optional):
         model          model name (default $PROBE_MODEL)
         stream         bool, default false
         include_usage  bool; when given, sets stream_options.include_usage (omitted otherwise)
         messages       chat messages (default: one short user message)
         body           the whole request body, used as is (the fields above are then ignored)
-        authorization  the Authorization header; default $PROBE_AUTHORIZATION ("Bearer placeholder",
-                       which the egress gateway replaces with the actor JWT); null sends none
+        authorization  the Authorization header; default `Bearer <the file $PROBE_AUTHORIZATION_FILE>` when
+                       that is set (a projected service-account token or an API key, read on every call:
+                       the kubelet replaces the token before it expires), else $PROBE_AUTHORIZATION
+                       ("Bearer placeholder", which the egress gateway replaces with the actor JWT); null
+                       sends none
         headers        extra request headers, e.g. {"x-actor-id": "actor/agents/actor-b"}
         url            full http:// URL to call instead of $PROBE_UPSTREAM + path
         path           path (and query) on $PROBE_UPSTREAM, default /v1/chat/completions
@@ -23,13 +26,13 @@ Endpoints
       502 {"ok": false, "request", "error": {"stage", "type", "message"}, "elapsed_ms"} when no
           answer came: stage dns (the name does not resolve), connect, send, receive (reset or
           closed without a response) or timeout;
-      400 for a malformed request to the probe itself.
+      400 for a malformed request to the probe itself; 500 when its credential file cannot be read.
     POST /bench              {"count": N, ...the /call fields}: N sequential calls on one kept-alive
                              connection; 200 {"ok", "count", "statuses", "errors", "latencies_ms"}.
 
 Environment: PORT (8080), PROBE_BIND (0.0.0.0), PROBE_UPSTREAM
 (http://agent-router.envoy-gateway-system.svc.cluster.local), PROBE_MODEL (mock-small),
-PROBE_AUTHORIZATION (Bearer placeholder), PROBE_TIMEOUT (30).
+PROBE_AUTHORIZATION (Bearer placeholder), PROBE_AUTHORIZATION_FILE (unset), PROBE_TIMEOUT (30).
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ class InputError(ValueError):
     """The request to the probe itself is malformed (answered with 400)."""
 
 
+class CredentialError(RuntimeError):
+    """The probe's own credential file cannot be read (answered with 500: the agent, not the request, is broken)."""
+
+
 @dataclass(frozen=True)
 class Settings:
     port: int = 8080
@@ -69,6 +76,23 @@ class Settings:
     model: str = "mock-small"
     authorization: str = DEFAULT_AUTHORIZATION
     timeout: float = 30.0
+    authorization_file: str | None = None
+    """A file holding the credential (no `Bearer `): the Substrate-free dev environment's agents call the gateway
+    with their projected service-account token or their API key, each mounted as a file."""
+
+    def default_authorization(self) -> str:
+        """The Authorization header of a call that does not set one: the file's credential, read now (a projected
+        token is rewritten in place when it is refreshed), else `authorization`."""
+        if self.authorization_file is None:
+            return self.authorization
+        try:
+            with open(self.authorization_file, encoding="utf-8") as handle:
+                credential = handle.read().strip()
+        except OSError as exc:
+            raise CredentialError(f"cannot read PROBE_AUTHORIZATION_FILE {self.authorization_file}: {exc}") from exc
+        if not credential:
+            raise CredentialError(f"PROBE_AUTHORIZATION_FILE {self.authorization_file} is empty")
+        return f"Bearer {credential}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -83,6 +107,7 @@ class Settings:
             model=env.get("PROBE_MODEL", "mock-small"),
             authorization=env.get("PROBE_AUTHORIZATION", DEFAULT_AUTHORIZATION),
             timeout=timeout,
+            authorization_file=env.get("PROBE_AUTHORIZATION_FILE") or None,
         )
 
 
@@ -160,7 +185,7 @@ def build_call(request: Mapping[str, Any], settings: Settings) -> CallSpec:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    authorization = request.get("authorization", settings.authorization)
+    authorization = request["authorization"] if "authorization" in request else settings.default_authorization()
     if authorization is not None:
         if not isinstance(authorization, str):
             raise InputError("authorization must be a string or null")
@@ -344,7 +369,14 @@ class Handler(BaseHTTPRequestHandler):
             raise InputError(f"the request body is not JSON: {exc}") from exc
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] in ("/readyz", "/healthz"):
+        route = self.path.split("?", 1)[0]
+        if route == "/readyz" and self.settings.authorization_file is not None:
+            try:  # not ready until its credential can be read (a Secret or a token not mounted yet)
+                self.settings.default_authorization()
+            except CredentialError as exc:
+                self._reply(503, {"status": "unready", "error": str(exc)})
+                return
+        if route in ("/readyz", "/healthz"):
             self._reply(200, {"status": "ok"})
         else:
             self._reply(404, {"ok": False, "error": {"stage": "input", "message": f"no route {self.path}"}})
@@ -364,6 +396,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
         except InputError as exc:
             self._reply(400, {"ok": False, "error": {"stage": "input", "type": "InputError", "message": str(exc)}})
+            return
+        except CredentialError as exc:
+            self._reply(
+                500, {"ok": False, "error": {"stage": "credential", "type": "CredentialError", "message": str(exc)}}
+            )
             return
         self._reply(status, payload)
 

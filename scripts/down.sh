@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make down: pulumi destroy on the dev stack, then delete the kind cluster.
+# make down: pulumi destroy on the dev stack, then delete the kind cluster (IDENTITY=kubernetes: the stack and the
+# cluster of the Substrate-free environment; scripts/lib.sh).
 #
 #   scripts/down.sh               both steps
 #   scripts/down.sh STEP [STEP]   only the named steps: pulumi-destroy, kind-delete

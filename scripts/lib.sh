@@ -50,6 +50,30 @@ die() {
   exit 1
 }
 
+# IDENTITY picks the dev environment, as `make up IDENTITY=kubernetes` does: substrate (the default: Substrate,
+# its actors and the stack dev) or kubernetes (no Substrate: agents are plain pods with a service-account token or
+# an API key, in a kind cluster and a stack of their own, so both environments can exist side by side).
+IDENTITY="${IDENTITY:-substrate}"
+case "${IDENTITY}" in
+  substrate)
+    KIND_CONFIG="${AB_ROOT}/scripts/kind-config.yaml"
+    ;;
+  kubernetes)
+    KIND_CLUSTER="${KUBERNETES_KIND_CLUSTER}"
+    KUBE_CONTEXT="${KUBERNETES_KUBE_CONTEXT}"
+    PULUMI_STACK="${KUBERNETES_PULUMI_STACK}"
+    KIND_MIN_VERSION="${KUBERNETES_KIND_MIN_VERSION}"
+    KIND_CONFIG="${AB_ROOT}/scripts/kind-config-kubernetes.yaml"
+    ;;
+  *) die "IDENTITY=${IDENTITY}: use substrate (the default) or kubernetes" ;;
+esac
+# How to run one step again in this environment (printed in hints).
+if [[ "${IDENTITY}" == kubernetes ]]; then
+  UP="IDENTITY=kubernetes bash scripts/up.sh"
+else
+  UP="bash scripts/up.sh"
+fi
+
 have() { command -v "$1" >/dev/null 2>&1; }
 
 # missing_tool NAME HINT: prints one line for a missing tool and returns 1, or returns 0.
@@ -79,6 +103,9 @@ kind_cluster_exists() { kind get clusters 2>/dev/null | grep -qx "${KIND_CLUSTER
 # shellcheck disable=SC2206
 DEMO_ACTOR_LIST=(${DEMO_ACTORS})
 ALL_DEMO_ACTORS=("${DEMO_ACTOR_LIST[@]}" "${NOEGRESS_ACTOR}")
+# The Substrate-free environment's agents: the listed service accounts, then the unlisted one (e2e check 17).
+# shellcheck disable=SC2206
+SERVICE_ACCOUNT_AGENT_LIST=(${SERVICE_ACCOUNT_AGENTS})
 
 # poll_until SECONDS COMMAND...: polls COMMAND every 2 s until it succeeds (status 0) or SECONDS have passed
 # (status 1). WAITED holds the last line COMMAND printed (stderr is dropped), for the caller to report.

@@ -31,6 +31,9 @@ Upstream shapes followed (agent-substrate/substrate, newest snapshot and newer i
   `syncStatus`) and no ready count; worker pods carry `ate.dev/worker-pool=<pool>`
   (`WorkerPoolLabelKey`). The Deployment's name changed between versions (`<pool>-deployment`, later
   `<pool>`), so nothing here depends on it.
+* The API server's service-account issuer (kubernetes/kubernetes pkg/serviceaccount/openidmetadata.go): an OIDC
+  discovery document at `/.well-known/openid-configuration` whose `issuer` is `--service-account-issuer`, and the
+  public signing keys at `/openid/v1/jwks` (the Substrate-free dev environment reads both with `kubectl get --raw`).
 """
 
 from __future__ import annotations
@@ -433,6 +436,14 @@ def jwks_kids(jwks: Any) -> list[str]:
     return sorted(str(key.get("kid") or "") for key in keys if isinstance(key, Mapping))
 
 
+def oidc_issuer(document: Any) -> str:
+    """The `issuer` of an OIDC discovery document; an error when it has none."""
+    issuer = document.get("issuer") if isinstance(document, Mapping) else None
+    if not isinstance(issuer, str) or not issuer:
+        raise ValueError("the discovery document names no issuer")
+    return issuer
+
+
 def annotation(obj: Any, key: str) -> str:
     """metadata.annotations[key] of a `kubectl get -o json` object, or empty."""
     meta = (obj.get("metadata") or {}) if isinstance(obj, Mapping) else {}
@@ -553,6 +564,8 @@ def main(argv: list[str]) -> int:
             print(config_map_value(parse_json(sys.stdin.read()), args[0]))
         elif query == "jwks-kids":
             print(" ".join(jwks_kids(sys.stdin.read())))
+        elif query == "oidc-issuer":
+            print(oidc_issuer(parse_json(sys.stdin.read())))
         elif query == "annotation":
             print(annotation(parse_json(sys.stdin.read()), args[0]))
         elif query == "stamp":

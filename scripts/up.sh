@@ -4,44 +4,65 @@
 #   scripts/up.sh               every step below, in order
 #   scripts/up.sh STEP [STEP]   only the named steps (the Makefile's `up` recipe lists them one per
 #                               line, so `make -n up` shows the whole sequence)
+#   IDENTITY=kubernetes scripts/up.sh [STEP...]   the Substrate-free environment (scripts/lib.sh)
 #
 # Steps: check-prereqs kind-cluster substrate-source substrate-install substrate-idp probe-image demo-actors
 #        pulumi-stack pulumi-up jwks-sync resume-actors smoke
+# IDENTITY=kubernetes: check-prereqs kind-cluster probe-image pulumi-stack pulumi-up service-account-keys
+#        agent-pods smoke
 # Every step is safe to re-run: what exists is checked and kept, what is missing is created.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-STEPS=(check-prereqs kind-cluster substrate-source substrate-install substrate-idp probe-image demo-actors
+SUBSTRATE_STEPS=(check-prereqs kind-cluster substrate-source substrate-install substrate-idp probe-image demo-actors
   pulumi-stack pulumi-up jwks-sync resume-actors smoke)
+KUBERNETES_STEPS=(check-prereqs kind-cluster probe-image pulumi-stack pulumi-up service-account-keys agent-pods smoke)
+if [[ "${IDENTITY}" == kubernetes ]]; then
+  STEPS=("${KUBERNETES_STEPS[@]}")
+else
+  STEPS=("${SUBSTRATE_STEPS[@]}")
+fi
 
 # --- check-prereqs -------------------------------------------------------------------------------
 
 step_check_prereqs() {
   step "Checking prerequisites"
-  local ok=0
+  # The Substrate-free environment builds nothing from source (no go, git or buildx) and needs an older kind.
+  local ok=0 substrate=0 again="make up"
+  if [[ "${IDENTITY}" == substrate ]]; then
+    substrate=1
+  else
+    again="make up IDENTITY=${IDENTITY}"
+  fi
   missing_tool docker "Docker Engine or Docker Desktop: https://docs.docker.com/get-docker/" || ok=1
   missing_tool kind "kind >= v${KIND_MIN_VERSION}: https://kind.sigs.k8s.io/docs/user/quick-start/#installation" || ok=1
   missing_tool kubectl "https://kubernetes.io/docs/tasks/tools/" || ok=1
-  missing_tool go "Go, to build Substrate from source: https://go.dev/dl/" || ok=1
-  missing_tool git "https://git-scm.com/downloads" || ok=1
+  if ((substrate)); then
+    missing_tool go "Go, to build Substrate from source: https://go.dev/dl/" || ok=1
+    missing_tool git "https://git-scm.com/downloads" || ok=1
+  fi
   missing_tool pulumi "the Pulumi CLI: https://www.pulumi.com/docs/iac/download-install/ (no account needed)" || ok=1
   missing_tool python3 "Python 3.11+: https://www.python.org/downloads/" || ok=1
-  if have docker && ! docker buildx version >/dev/null 2>&1; then
+  if ((substrate)) && have docker && ! docker buildx version >/dev/null 2>&1; then
     printf 'missing: docker buildx (Substrate builds its envoy-dataplane image with it: https://docs.docker.com/build/buildx/)\n' >&2
     ok=1
   fi
-  ((ok == 0)) || die "install the tools listed above, then run make up again"
+  ((ok == 0)) || die "install the tools listed above, then run ${again} again"
 
   docker info >/dev/null 2>&1 || die "docker is installed but its daemon is not reachable (docker info failed): start Docker"
   local kind_version
   kind_version="$(kind version 2>/dev/null | awk '{print $2}')"
   version_ge "${kind_version:-0}" "${KIND_MIN_VERSION}" ||
-    die "kind ${kind_version:-unknown} is too old: Substrate needs kind >= v${KIND_MIN_VERSION} (scripts/versions.env)"
+    die "kind ${kind_version:-unknown} is too old: the IDENTITY=${IDENTITY} environment needs kind >= v${KIND_MIN_VERSION} (scripts/versions.env)"
   [[ -f "${AB_ROOT}/Pulumi.yaml" ]] || die "Pulumi.yaml not found in ${AB_ROOT}"
   [[ -x "${AB_ROOT}/venv/bin/python" ]] || die "the Pulumi program's venv is missing: run make venv (make up does it first)"
-  info "docker, kind ${kind_version}, kubectl, go, git, pulumi, python3: ok"
+  if ((substrate)); then
+    info "docker, kind ${kind_version}, kubectl, go, git, pulumi, python3: ok"
+  else
+    info "docker, kind ${kind_version}, kubectl, pulumi, python3: ok (IDENTITY=${IDENTITY}: no Substrate, nothing built from source)"
+  fi
 }
 
 # --- kind-cluster --------------------------------------------------------------------------------
@@ -72,7 +93,7 @@ step_kind_cluster() {
   if kind_cluster_exists; then
     info "kind cluster ${KIND_CLUSTER} exists: reusing it"
   else
-    local args=(create cluster --name "${KIND_CLUSTER}" --config "${AB_ROOT}/scripts/kind-config.yaml" --wait 180s)
+    local args=(create cluster --name "${KIND_CLUSTER}" --config "${KIND_CONFIG}" --wait 180s)
     if [[ -n "${KIND_NODE_IMAGE}" ]]; then
       args+=(--image "${KIND_NODE_IMAGE}")
     fi
@@ -83,8 +104,19 @@ step_kind_cluster() {
     kind export kubeconfig --name "${KIND_CLUSTER}" >/dev/null 2>&1
   fi
   kctl get --raw /readyz >/dev/null || die "the API server of ${KUBE_CONTEXT} does not answer"
+  if [[ "${IDENTITY}" == substrate ]]; then
+    require_substrate_cluster_features
+  fi
+  wire_registry
+  if [[ "${IDENTITY}" == kubernetes ]]; then
+    info "context ${KUBE_CONTEXT}: registry localhost:${REGISTRY_PORT} wired (no Substrate: no feature gates, no proxy_arp)"
+  else
+    info "context ${KUBE_CONTEXT}: feature gates on, certificates.k8s.io/v1beta1 served, proxy_arp set, registry localhost:${REGISTRY_PORT} wired"
+  fi
+}
 
-  # What Substrate needs from the cluster itself; a cluster made some other way may lack it.
+# What Substrate needs from the cluster itself; a cluster made some other way may lack it.
+require_substrate_cluster_features() {
   kctl get --raw /apis/certificates.k8s.io/v1beta1 >/dev/null 2>&1 ||
     die "${KIND_CLUSTER} does not serve certificates.k8s.io/v1beta1: it was not created from scripts/kind-config.yaml; run make down, then make up"
   local resources
@@ -94,11 +126,16 @@ step_kind_cluster() {
     grep -q "^${resource}\." <<<"${resources}" ||
       die "${KIND_CLUSTER} has no ${resource} API (feature gates ClusterTrustBundle/PodCertificateRequest off, or the Kubernetes version predates them); run make down, then make up"
   done
+}
 
+# The nodes pull from the local registry as localhost:${REGISTRY_PORT} (kind's local-registry recipe).
+wire_registry() {
   local node registry_dir="/etc/containerd/certs.d/localhost:${REGISTRY_PORT}"
   for node in $(kind get nodes --name "${KIND_CLUSTER}"); do
-    # gVisor sandboxes reach pods on the same node through proxy ARP; a node restart resets it.
-    docker exec "${node}" sysctl -w net.ipv4.conf.all.proxy_arp=1 >/dev/null
+    if [[ "${IDENTITY}" == substrate ]]; then
+      # gVisor sandboxes reach pods on the same node through proxy ARP; a node restart resets it.
+      docker exec "${node}" sysctl -w net.ipv4.conf.all.proxy_arp=1 >/dev/null
+    fi
     docker exec "${node}" mkdir -p "${registry_dir}"
     printf '[host."http://%s:5000"]\n' "${REGISTRY_NAME}" |
       docker exec -i "${node}" cp /dev/stdin "${registry_dir}/hosts.toml"
@@ -117,7 +154,6 @@ data:
     host: "localhost:${REGISTRY_PORT}"
     help: "https://kind.sigs.k8s.io/docs/user/local-registry/"
 EOF
-  info "context ${KUBE_CONTEXT}: feature gates on, certificates.k8s.io/v1beta1 served, proxy_arp set, registry localhost:${REGISTRY_PORT} wired"
 }
 
 # --- substrate-source ----------------------------------------------------------------------------
@@ -643,7 +679,9 @@ step_pulumi_stack() {
     pulumi stack select "${PULUMI_STACK}" --create --secrets-provider passphrase --non-interactive >/dev/null
   )
   info "logged in to ${PULUMI_BACKEND}; stack ${PULUMI_STACK} selected (dev passphrase from scripts/versions.env unless PULUMI_CONFIG_PASSPHRASE is set)"
-  apply_idp_trust_decision
+  if [[ "${IDENTITY}" == substrate ]]; then
+    apply_idp_trust_decision
+  fi
 }
 
 TRUST_MODE_KEY="agent-budgets:substrate.trust.mode"
@@ -722,6 +760,26 @@ jwt_policy_accepted() {
   kctl -n "$1" get securitypolicy -l app.kubernetes.io/part-of=agent-budgets -o json | facts policy-accepted
 }
 
+# publish_jwks NAMESPACE CONFIG_MAP FILE WHAT SOURCE: the public key set in FILE (removed afterwards) copied into
+# the ConfigMap a SecurityPolicy's localJWKS reads (key jwks), then a wait for Envoy Gateway to accept the
+# agent-budgets SecurityPolicies. WHAT names the keys and SOURCE where they came from, for the messages.
+publish_jwks() {
+  local namespace="$1" config_map="$2" file="$3" what="$4" source="$5" kids
+  if ! kids="$(facts jwks-kids <"${file}")"; then
+    rm -f "${file}"
+    die "the key set from ${source} is not usable (above)"
+  fi
+  kctl -n "${namespace}" create configmap "${config_map}" --from-file=jwks="${file}" --dry-run=client -o yaml |
+    kctl apply -f - >/dev/null
+  rm -f "${file}"
+  info "copied ${what} (key ids ${kids}) from ${source} into ConfigMap ${namespace}/${config_map}, key jwks"
+  # Nothing calls before this passes (resume-actors or agent-pods comes next): on the first run the SecurityPolicy
+  # has named a missing ConfigMap since pulumi up, and Envoy Gateway answered its routes with 500.
+  wait_until "${POLICY_ACCEPT_SECONDS}" "Envoy Gateway to accept the SecurityPolicy in ${namespace} with these keys (kubectl --context ${KUBE_CONTEXT} -n ${namespace} get securitypolicy -o yaml)" \
+    jwt_policy_accepted "${namespace}"
+  info "Envoy Gateway accepted the SecurityPolicy with these keys (${WAITED})"
+}
+
 step_jwks_sync() {
   step "Actor keys for substrate.trust.mode localJwks"
   local settings mode namespace config_map
@@ -734,26 +792,100 @@ step_jwks_sync() {
   fi
   kctl get namespace "${namespace}" >/dev/null 2>&1 ||
     die "namespace ${namespace} does not exist yet: pulumi up creates it (bash scripts/up.sh pulumi-up jwks-sync)"
-  local file source kids
+  local file source
   file="$(mktemp)"
   if ! source="$(actor_jwks "${file}")"; then
     rm -f "${file}"
     die "no actor keys in ate-system (neither ConfigMap actor-id-jwks nor Secret actor-id-jwt-pool): is Substrate installed? (bash scripts/up.sh substrate-install)"
   fi
-  if ! kids="$(facts jwks-kids <"${file}")"; then
-    rm -f "${file}"
-    die "the key set from ${source} is not usable (above)"
-  fi
-  kctl -n "${namespace}" create configmap "${config_map}" --from-file=jwks="${file}" --dry-run=client -o yaml |
-    kctl apply -f - >/dev/null
-  rm -f "${file}"
-  info "copied the actor JWKS (key ids ${kids}) from ${source} into ConfigMap ${namespace}/${config_map}, key jwks"
-  # No actor is resumed before this passes (step resume-actors comes next): on the first run the SecurityPolicy
-  # has named a missing ConfigMap since pulumi up, and Envoy Gateway answered its routes with 500.
-  wait_until "${POLICY_ACCEPT_SECONDS}" "Envoy Gateway to accept the SecurityPolicy in ${namespace} with these keys (kubectl --context ${KUBE_CONTEXT} -n ${namespace} get securitypolicy -o yaml)" \
-    jwt_policy_accepted "${namespace}"
-  info "Envoy Gateway accepted the SecurityPolicy with these keys (${WAITED})"
+  publish_jwks "${namespace}" "${config_map}" "${file}" "the actor JWKS" "${source}"
   warn "localJwks: when Substrate rotates its signing keys, calls get 401 until this copy is refreshed: bash scripts/up.sh jwks-sync"
+}
+
+# --- service-account-keys (IDENTITY=kubernetes) --------------------------------------------------
+
+# has_source SOURCES_JSON NAME: whether the stack's identity.sources (stack_value prints them as JSON) has NAME.
+has_source() { [[ "$1" == *"\"$2\""* ]]; }
+
+step_service_account_keys() {
+  step "Service-account keys for identity.kubernetes.jwks configMap"
+  local settings sources jwks issuer namespace config_map
+  mapfile -t settings < <(stack_value identity.sources identity.kubernetes.jwks identity.kubernetes.issuer \
+    gateway.namespace identity.kubernetes.jwksConfigMap)
+  ((${#settings[@]} == 5)) || die "cannot read the settings of stack ${PULUMI_STACK} (above)"
+  sources="${settings[0]}" jwks="${settings[1]}" issuer="${settings[2]}" namespace="${settings[3]}" config_map="${settings[4]}"
+  if ! has_source "${sources}" kubernetes; then
+    info "stack ${PULUMI_STACK} does not accept service accounts (identity.sources ${sources}): nothing to copy"
+    return 0
+  fi
+  # The provider matches a token by its iss; a cluster with another --service-account-issuer would give 401.
+  local served
+  served="$(kctl get --raw /.well-known/openid-configuration | facts oidc-issuer)" ||
+    die "cannot read the service-account issuer of ${KUBE_CONTEXT} (GET /.well-known/openid-configuration, above)"
+  [[ "${served}" == "${issuer}" ]] ||
+    die "the cluster's service-account issuer is ${served}, but stack ${PULUMI_STACK} expects ${issuer}: set agent-budgets:identity.kubernetes.issuer to ${served} in Pulumi.${PULUMI_STACK}.yaml, then run make up IDENTITY=kubernetes again"
+  info "the cluster's service-account issuer is ${served}, as identity.kubernetes.issuer says"
+  if [[ "${jwks}" != configMap ]]; then
+    info "identity.kubernetes.jwks is ${jwks}: Envoy Gateway fetches the keys itself, nothing to copy"
+    return 0
+  fi
+  kctl get namespace "${namespace}" >/dev/null 2>&1 ||
+    die "namespace ${namespace} does not exist yet: pulumi up creates it (${UP} pulumi-up service-account-keys)"
+  local file
+  file="$(mktemp)"
+  if ! kctl get --raw /openid/v1/jwks >"${file}"; then
+    rm -f "${file}"
+    die "cannot read the service-account signing keys of ${KUBE_CONTEXT} (GET /openid/v1/jwks, above)"
+  fi
+  publish_jwks "${namespace}" "${config_map}" "${file}" "the service-account public keys" "/openid/v1/jwks"
+  warn "jwks configMap: when the cluster rotates its service-account signing key, tokens signed with the new key get 401 until this copy is refreshed: ${UP} service-account-keys"
+}
+
+# --- agent-pods (IDENTITY=kubernetes) ------------------------------------------------------------
+
+# stack_output NAME: one output of the stack (`pulumi up` must have run).
+stack_output() { (cd "${AB_ROOT}" && pulumi stack output "$1" --stack "${PULUMI_STACK}" --non-interactive); }
+
+agent_secret_name() { printf '%s-api-key\n' "${API_KEY_AGENT}"; }
+
+step_agent_pods() {
+  step "Agent pods in namespace ${AGENT_NAMESPACE}: probe agents with a service-account token or an API key"
+  [[ -s "${PROBE_REF_FILE}" ]] || die "no probe image pushed yet: run ${UP} probe-image first"
+  local settings sources audience namespace
+  mapfile -t settings < <(stack_value identity.sources identity.kubernetes.audience gateway.namespace)
+  ((${#settings[@]} == 3)) || die "cannot read the settings of stack ${PULUMI_STACK} (above)"
+  sources="${settings[0]}" audience="${settings[1]}" namespace="${settings[2]}"
+  local args=(manifests --namespace "${AGENT_NAMESPACE}" --image "$(<"${PROBE_REF_FILE}")"
+    --token-audience "${audience}" --token-seconds "${SERVICE_ACCOUNT_TOKEN_SECONDS}")
+  local pod_agents=() url
+  if has_source "${sources}" kubernetes; then
+    url="$(stack_output gatewayUrl)" || die "stack ${PULUMI_STACK} has no output gatewayUrl: run ${UP} pulumi-up first"
+    args+=(--jwt-url "${url}" --service-accounts "${SERVICE_ACCOUNT_AGENT_LIST[@]}" "${UNLISTED_AGENT}")
+    pod_agents+=("${SERVICE_ACCOUNT_AGENT_LIST[@]}" "${UNLISTED_AGENT}")
+  fi
+  if has_source "${sources}" apiKeys; then
+    url="$(stack_output apiKeyGatewayUrl)" || die "stack ${PULUMI_STACK} has no output apiKeyGatewayUrl: run ${UP} pulumi-up first"
+    args+=(--api-key-url "${url}" --api-key-agent "${API_KEY_AGENT}" --api-key-secret "$(agent_secret_name)")
+    pod_agents+=("${API_KEY_AGENT}")
+  fi
+  ((${#pod_agents[@]} > 0)) || die "stack ${PULUMI_STACK} accepts neither service accounts nor API keys (identity.sources ${sources}): it has no agents for this environment"
+  python3 "${AB_ROOT}/scripts/dev_agents.py" "${args[@]}" | kctl apply -f - >/dev/null ||
+    die "cannot apply the agents (above)"
+  if has_source "${sources}" apiKeys; then
+    # The agent's own copy of its key, straight from the program's Secret: the key passes through the pipe only.
+    local program_secret="agent-budgets-api-key-${API_KEY_AGENT}"
+    kctl -n "${namespace}" get secret "${program_secret}" -o json |
+      python3 "${AB_ROOT}/scripts/dev_agents.py" api-key-secret --namespace "${AGENT_NAMESPACE}" --name "$(agent_secret_name)" |
+      kctl apply -f - >/dev/null ||
+      die "cannot copy Secret ${namespace}/${program_secret} into ${AGENT_NAMESPACE}/$(agent_secret_name): is apikey:${API_KEY_AGENT} in agent-budgets:actors of stack ${PULUMI_STACK}?"
+    info "Secret ${AGENT_NAMESPACE}/$(agent_secret_name): the key of apikey:${API_KEY_AGENT}, copied from ${namespace}/${program_secret}"
+  fi
+  local pod_agent
+  for pod_agent in "${pod_agents[@]}"; do
+    kctl -n "${AGENT_NAMESPACE}" rollout status "deployment/probe-${pod_agent}" --timeout=180s >/dev/null ||
+      die "the probe agent ${AGENT_NAMESPACE}/probe-${pod_agent} did not become ready: kubectl --context ${KUBE_CONTEXT} -n ${AGENT_NAMESPACE} describe pods"
+    info "probe-${pod_agent}: ready"
+  done
 }
 
 # --- resume-actors -------------------------------------------------------------------------------
@@ -782,19 +914,31 @@ step_resume_actors() {
 
 # --- smoke ---------------------------------------------------------------------------------------
 
+# probe_ready PORT [TARGET]: the probe agent behind 127.0.0.1:PORT answers /readyz (through atenet-router when
+# TARGET, an ate-target-actor value, is given).
+probe_ready() {
+  python3 -c '
+import sys, urllib.request
+port, target = sys.argv[1], sys.argv[2:]
+headers = {"ate-target-actor": target[0]} if target else {}
+request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers=headers)
+with urllib.request.urlopen(request, timeout=30) as reply:
+    sys.exit(0 if reply.status == 200 else 1)
+' "$@"
+}
+
 step_smoke() {
+  if [[ "${IDENTITY}" == kubernetes ]]; then
+    smoke_agent_pods
+    return 0
+  fi
   step "Smoke test: each probe agent answers through atenet-router"
   port_forward_start ate-system atenet-router 80
   trap port_forward_stop EXIT
   local actor
   for actor in "${ALL_DEMO_ACTORS[@]}"; do
-    python3 -c '
-import sys, urllib.request
-port, target = sys.argv[1], sys.argv[2]
-request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers={"ate-target-actor": target})
-with urllib.request.urlopen(request, timeout=30) as reply:
-    sys.exit(0 if reply.status == 200 else 1)
-' "${PF_PORT}" "${ATESPACE}/${actor}" || die "the probe agent in ${ATESPACE}/${actor} does not answer through atenet-router"
+    probe_ready "${PF_PORT}" "${ATESPACE}/${actor}" ||
+      die "the probe agent in ${ATESPACE}/${actor} does not answer through atenet-router"
     info "${ATESPACE}/${actor}: probe agent ready"
   done
   port_forward_stop
@@ -802,10 +946,29 @@ with urllib.request.urlopen(request, timeout=30) as reply:
   info "no model call was made (it would spend budget); run make e2e for the checks"
 }
 
+smoke_agent_pods() {
+  step "Smoke test: each agent pod's probe answers (through a port-forward to its Service)"
+  local services=() service
+  mapfile -t services < <(kctl -n "${AGENT_NAMESPACE}" get services -l app.kubernetes.io/name=probe-agent -o name)
+  ((${#services[@]} > 0)) || die "no agent pods in ${AGENT_NAMESPACE}: run ${UP} agent-pods first"
+  trap port_forward_stop EXIT
+  for service in "${services[@]}"; do
+    service="${service#service/}"
+    port_forward_start "${AGENT_NAMESPACE}" "${service}" 8080
+    probe_ready "${PF_PORT}" || die "the probe agent behind ${AGENT_NAMESPACE}/${service} does not answer /readyz"
+    port_forward_stop
+    info "${AGENT_NAMESPACE}/${service}: probe agent ready"
+  done
+  trap - EXIT
+  info "no model call was made (it would spend budget); run make e2e IDENTITY=kubernetes for the checks"
+}
+
 # --- main ----------------------------------------------------------------------------------------
 
 run_step() {
   local started=${SECONDS}
+  [[ " ${STEPS[*]} " == *" $1 "* ]] ||
+    die "step '$1' is not part of the IDENTITY=${IDENTITY} environment (its steps: ${STEPS[*]})"
   case "$1" in
     check-prereqs) step_check_prereqs ;;
     kind-cluster) step_kind_cluster ;;
@@ -817,6 +980,8 @@ run_step() {
     pulumi-stack) step_pulumi_stack ;;
     pulumi-up) step_pulumi_up ;;
     jwks-sync) step_jwks_sync ;;
+    service-account-keys) step_service_account_keys ;;
+    agent-pods) step_agent_pods ;;
     resume-actors) step_resume_actors ;;
     smoke) step_smoke ;;
     *) die "unknown step '$1' (steps: ${STEPS[*]})" ;;
@@ -834,8 +999,12 @@ main() {
     run_step "${name}"
   done
   if ((${#steps[@]} == ${#STEPS[@]})) || [[ "${steps[${#steps[@]} - 1]}" == smoke ]]; then
-    step "Dev environment ready: context ${KUBE_CONTEXT}, stack ${PULUMI_STACK}. Next: make e2e"
-    if [[ -s "${IDP_FALLBACK_FILE}" ]]; then
+    if [[ "${IDENTITY}" == kubernetes ]]; then
+      step "Dev environment ready (no Substrate): context ${KUBE_CONTEXT}, stack ${PULUMI_STACK}. Next: make e2e IDENTITY=kubernetes"
+    else
+      step "Dev environment ready: context ${KUBE_CONTEXT}, stack ${PULUMI_STACK}. Next: make e2e"
+    fi
+    if [[ "${IDENTITY}" == substrate && -s "${IDP_FALLBACK_FILE}" ]]; then
       warn "running WITHOUT Substrate's IdP (substrate.trust.mode localJwks): $(<"${IDP_FALLBACK_FILE}")"
     fi
   fi

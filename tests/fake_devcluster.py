@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fake `kubectl`, `go`, `ko` and `pulumi` for the IdP steps of `make up` (tests/test_up_idp.py).
+"""Fake `kubectl`, `go`, `ko` and `pulumi` for the steps of `make up` (tests/test_up_idp.py,
+tests/test_up_kubernetes.py).
 
 One script, dispatched on the name it is run as (the test links each tool name to it). Every run appends
 `{"tool", "argv", "stdin", "env"}` to calls.jsonl in `$FAKE_DEVCLUSTER`, so a test sees the order of calls and
@@ -12,7 +13,9 @@ each applied document. What each tool answers, and what it follows:
   `create configmap NAME --from-file=[KEY=]PATH --dry-run=client -o yaml` (prints the object, touches
   nothing); `delete KIND NAME --ignore-not-found [--wait=...]`; `rollout status deployment/NAME` (`deployment
   "NAME" successfully rolled out`, or `error: timed out waiting for the condition`, exit 1);
-  `rollout restart deployment/NAME`; `logs NAME`.
+  `rollout restart deployment/NAME`; `logs NAME`; `get --raw PATH` (the body seeded under `raw` in the state, else
+  `Error from server (NotFound): the server could not find the requested resource`); `get KIND -l SELECTOR -o
+  name` (`<resource>/<name>` lines). A `List` document applies each of its items.
 * The controllers behind it, as far as these steps see them: a Deployment's pod gets a serving certificate
   whose DNS names are `<svc>.<ns>.svc` for each Service selecting it *when the pod is created* (Substrate's
   service-DNS signer, cmd/podcertcontroller/internal/servicednssigner @19b684c2), so a Service applied after
@@ -21,8 +24,9 @@ each applied document. What each tool answers, and what it follows:
   signed for another one.) The pod is ready when its key material exists (Secret `actor-id-jwt-pool` for
   `--actor-id-jwt-pool`, ConfigMap `actor-id-jwks` for `--jwks-file`: ate-idp-server answers the JWKS route
   with an error until keys load, server.go @d22f2d94); a required Secret that is missing keeps the rollout
-  from finishing. The pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod
-  serves the key ids of the pool it read when it started, as a pod within that minute of a rotation does.
+  from finishing (only the IdP's Deployment `ate-idp-server` loads keys; any other rolls out at once). The
+  pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod serves the key ids
+  of the pool it read when it started, as a pod within that minute of a rotation does.
   EndpointSlices follow (discovery.k8s.io/v1, label kubernetes.io/service-name).
 * Pods: a Pod's spec is immutable, so applying a changed spec over an existing Pod is refused (`The Pod "NAME"
   is invalid: spec: Forbidden: pod updates may not change fields other than ...`, exit 1) and an unchanged one
@@ -37,7 +41,9 @@ each applied document. What each tool answers, and what it follows:
 * ko: `build --base-import-paths <module>/cmd/<name>` in a checkout whose go.mod declares <module>; prints
   `$KO_DOCKER_REPO/<name>@sha256:<digest of the checkout's HEAD and name>` (ko's --base-import-paths naming).
 * pulumi: `login`, `stack select`, and `config get|set|rm --path KEY [VALUE] --stack S` on `Pulumi.<S>.yaml`
-  in the working directory (a missing key: `error: configuration key 'KEY' not found for stack 'S'`, exit 255).
+  in the working directory (a missing key: `error: configuration key 'KEY' not found for stack 'S'`, exit 255);
+  `stack output NAME --stack S` from the state's `outputs` (a missing one: `error: current stack does not have
+  output property 'NAME'`, exit 255).
 
 State (`$FAKE_DEVCLUSTER/cluster.json`): `objects` keyed `<Kind>/<namespace>/<name>` (cluster-scoped: empty
 namespace), and `pods` (the IdP's pod: its labels, certificate names, design and image).
@@ -80,6 +86,7 @@ RESOURCES = {
     "securitypolicies": "SecurityPolicy",
     "serviceaccount": "ServiceAccount",
     "clustertrustbundle": "ClusterTrustBundle",
+    "serviceaccounts": "ServiceAccount",
 }
 PLURAL = {
     "Service": "services",
@@ -263,9 +270,13 @@ class Cluster:
         import yaml  # only here and in `create --dry-run`: most calls need no YAML, and start faster
 
         lines = []
+        documents = []
         for document in yaml.safe_load_all(text):
-            if not document:
-                continue
+            if document and document.get("kind") == "List":
+                documents.extend(document.get("items") or [])
+            elif document:
+                documents.append(document)
+        for document in documents:
             kind, meta = document["kind"], document["metadata"]
             namespace = meta.get("namespace", "") if kind not in {"Namespace", "ClusterTrustBundle"} else ""
             if kind not in {"Namespace", "ClusterTrustBundle"} and not namespace:
@@ -335,7 +346,7 @@ class Cluster:
                 self.start_pod(deployment)
                 return f"deployment.apps/{name} restarted"
             pod = self.pods[f"{namespace}/{name}"]
-            if pod["design"] == "pool" and not self.keys_loaded(pod, namespace):
+            if name == "ate-idp-server" and pod["design"] == "pool" and not self.keys_loaded(pod, namespace):
                 raise ToolError("error: timed out waiting for the condition")
             return f'deployment "{name}" successfully rolled out'
         if verb == "delete":
@@ -354,6 +365,12 @@ class Cluster:
                     "start: ContainerCreating"
                 )
             return pod.get("log", "")
+        if verb == "get" and "--raw" in args:
+            path = option(args, "--raw")
+            raw = (self.state.get("raw") or {}).get(path)
+            if raw is None:
+                raise ToolError("Error from server (NotFound): the server could not find the requested resource")
+            return raw
         if verb == "get":
             kind = RESOURCES[words[1]]
             output = option(args, "-o")
@@ -369,6 +386,9 @@ class Cluster:
                     if k.startswith(f"{kind}/{namespace}/")
                     and (obj["metadata"].get("labels") or {}).get(name_key) == value
                 ]
+                if output == "name":
+                    resource = PLURAL.get(kind, kind.lower()).split(".")[0].removesuffix("s")
+                    return "\n".join(f"{resource}/{obj['metadata']['name']}" for obj in items)
                 return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
             name = words[2]
             obj = self.get(kind, namespace, name)
@@ -410,11 +430,17 @@ def ko(args: list[str]) -> str:
     return f"{os.environ['KO_DOCKER_REPO']}/{Path(path).name}@sha256:{digest}"
 
 
-def pulumi(args: list[str]) -> str:
+def pulumi(args: list[str], state: dict[str, Any]) -> str:
     import yaml
 
     if args[:1] == ["login"] or args[:2] == ["stack", "select"]:
         return ""
+    if args[:2] == ["stack", "output"]:
+        name = args[2]
+        value = (state.get("outputs") or {}).get(name)
+        if value is None:
+            raise ToolError(f"error: current stack does not have output property '{name}'", 255)
+        return str(value)
     if args[:1] != ["config"]:
         raise ToolError(f"pulumi: the fake does not know {' '.join(args)!r}")
     stack = option(args, "--stack") or "dev"
@@ -470,7 +496,7 @@ def main() -> int:
             elif tool == "ko":
                 out = ko(args)
             elif tool == "pulumi":
-                out = pulumi(args)
+                out = pulumi(args, state)
             else:
                 raise ToolError(f"{tool}: not faked")
         except ToolError as failure:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -32,6 +33,7 @@ import tests.e2e.test_e2e_10_fail_mode as check_10
 import tests.e2e.test_e2e_14_spend_report as check_14
 from core import spend
 from core.problems import ConfigError
+from core.suspension import REFUSED_BODY
 from tests.e2e import bench_latency
 from tests.e2e.e2elib import checks, counters, evidence, kube, stack, stats, tokens
 from tests.e2e.e2elib.checks import TITLES, admitted_calls, judge_metering
@@ -203,6 +205,10 @@ def test_the_checks_read_their_values_from_the_stack_file_and_the_mock_settings(
         "default_tokens": 900,
         "default_per": "Hour",
         "fail_closed": True,
+        "sources": ("substrate",),
+        "kubernetes_issuer": "https://kubernetes.default.svc.cluster.local",
+        "kubernetes_audience": "agent-router",
+        "api_key_port": 8081,
     }
     dev = load_settings()
     dev_stack = read_stack_file((dev.root / "Pulumi.dev.yaml").read_text())
@@ -415,7 +421,7 @@ def test_admitted_calls_and_titles():
     )
     assert checks.exhaustion_title(1_000, 300, "Hour").startswith("Actor A's 5th call gets 429 (1000 tokens/hour")
     assert "tokens" not in TITLES[3] and "per call" not in TITLES[3], "the listed title must not restate the stack"
-    assert sorted(TITLES) == list(range(1, 16))
+    assert sorted(TITLES) == list(range(1, 18))
 
 
 def test_check_1_metering():
@@ -2065,3 +2071,165 @@ def test_the_real_redis_tests_fail_on_ci_when_redis_server_is_missing(tmp_path):
     assert outcomes[None][0] == 0 and "1 skipped" in outcomes[None][1], outcomes[None][1]
     assert outcomes["true"][0] == 1 and "1 error" in outcomes["true"][1], outcomes["true"][1]
     assert "redis-server not found" in outcomes["true"][1]
+
+
+# --- the Substrate-free environment (IDENTITY=kubernetes) -----------------------------------------------
+
+K8S = load_settings(
+    environ={"IDENTITY": "kubernetes"}
+)  # names from versions.env, values from Pulumi.dev-kubernetes.yaml
+
+
+def test_the_substrate_free_settings_come_from_versions_env_and_the_dev_kubernetes_stack():
+    assert (K8S.identity, K8S.kube_context, K8S.pulumi_stack) == (
+        "kubernetes",
+        "kind-agent-budgets-kubernetes",
+        "dev-kubernetes",
+    )
+    assert K8S.sources == ("kubernetes", "apiKeys") and not K8S.on_substrate
+    assert K8S.demo_actors == ("actor-a", "actor-b")
+    assert K8S.all_actors == ("actor-a", "actor-b", "actor-key", "actor-unlisted")
+    assert [K8S.actor_id(a) for a in K8S.all_actors] == [
+        "serviceaccount:agents/actor-a",
+        "serviceaccount:agents/actor-b",
+        "apikey:actor-key",
+        "serviceaccount:agents/actor-unlisted",
+    ]
+    assert K8S.subject("actor-a") == "system:serviceaccount:agents:actor-a"
+    assert K8S.subject("actor-key") == "apikey.actor-key"
+    assert (K8S.token_issuer, K8S.token_audience) == ("https://kubernetes.default.svc.cluster.local", "agent-router")
+    assert (SETTINGS.token_issuer, SETTINGS.token_audience) == (SETTINGS.issuer, SETTINGS.audience)
+    assert set(K8S.actor_id(a) for a in K8S.demo_actors) | {"apikey:actor-key"} == set(
+        read_stack_file((K8S.root / "Pulumi.dev-kubernetes.yaml").read_text()).actors
+    ), "every agent but the unlisted one is an actor of the stack"
+
+
+def test_identity_picks_the_environment_and_nothing_else_is_accepted():
+    assert load_settings(environ={}).pulumi_stack == "dev"
+    assert load_settings(environ={"IDENTITY": ""}).identity == "substrate"
+    with pytest.raises(ValueError, match="IDENTITY='docker': use substrate"):
+        load_settings(environ={"IDENTITY": "docker"})
+
+
+def test_a_check_applies_only_where_the_stack_has_its_source_and_the_environment_its_agents():
+    assert checks.inapplicable_reason(16, "apiKeys", K8S) is None
+    assert checks.inapplicable_reason(17, "kubernetes", K8S) is None
+    assert checks.inapplicable_reason(4, "substrate", SETTINGS) is None
+    assert checks.inapplicable_reason(4, "substrate", K8S) == (
+        "check 4 applies only to a stack with the substrate identity source (it tests what a Substrate egress policy "
+        "allows, and only Substrate actors have one); stack dev-kubernetes accepts kubernetes, apiKeys"
+    )
+    assert checks.inapplicable_reason(16, "apiKeys", SETTINGS).startswith(
+        "check 16 applies only to a stack with the apiKeys identity source"
+    )
+    # A Substrate stack that also accepts API keys still runs no API-key agent.
+    both = dataclasses.replace(SETTINGS, sources=("substrate", "apiKeys"))
+    assert checks.inapplicable_reason(16, "apiKeys", both) == (
+        "check 16 needs a apiKeys agent, and only the dev environment of `make up IDENTITY=kubernetes` runs one "
+        "(this run is IDENTITY=substrate)"
+    )
+
+
+@pytest.mark.parametrize(("identity", "skipped"), [("substrate", [16, 17]), ("kubernetes", [4])])
+def test_make_e2e_skips_by_the_stack_s_sources_and_says_why(identity, skipped):
+    """The marks decide, not an edit: running the marked checks in each environment skips the others with the
+    reason, and the summary lists them (no stack is needed to see the skips: the rest find none and skip too)."""
+    e2e = Path(__file__).resolve().parent / "e2e"
+    files = [str(path) for path in sorted(e2e.glob("test_e2e_*.py")) if "identity_source(" in path.read_text()]
+    assert len(files) == 3
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("IDENTITY", "AGENT_BUDGETS_E2E_REQUIRE_STACK")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *files, "-o", "norecursedirs=venv .git", "-p", "no:cacheprovider", "-rs"],
+        cwd=e2e.parents[1],
+        env={**env, "IDENTITY": identity, "PATH": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout[done.stdout.index("agent-budgets end-to-end checks") :]
+    for number in skipped:
+        assert f"[SKIP] {number}. {TITLES[number]}" in summary, done.stdout
+    assert f"0/0 checks passed, {len(skipped)} skipped: not for this stack's identity sources" in summary
+
+
+def test_preflight_of_the_substrate_free_environment_wants_each_agent_and_no_substrate():
+    runner = FakeRunner(
+        lambda argv, stdin: (
+            (0, "kind-agent-budgets-kubernetes\n")
+            if argv[1:3] == ["config", "get-contexts"]
+            else (1, "", "NotFound")
+            if "probe-actor-key" in argv
+            else (0, "ok")
+        )
+    )
+    k = kube.Kube(runner, K8S.kube_context)
+    assert stack.preflight(k, K8S, which=lambda name: "/x") == (
+        "the probe agent actor-key's Service service/probe-actor-key in agents not found"
+    )
+    asked = {argv[argv.index("get") + 2] for argv in (call["argv"] for call in runner.calls) if "get" in argv}
+    assert "atenet-router" not in asked and "probe-actor-a" in asked
+
+
+def test_agent_probes_address_each_agent_s_own_forward():
+    calls = []
+
+    class Client:
+        def __init__(self, name):
+            self.name = name
+
+        def call(self, target, **spec):
+            calls.append((self.name, target, spec))
+            return Call(status=200)
+
+        def ready(self, target):
+            return True, self.name
+
+    from tests.e2e.e2elib.env import AgentProbes
+
+    probes = AgentProbes({"actor-a": Client("a"), "actor-key": Client("key")})
+    probes.call("actor-key", model="m")
+    assert calls == [("key", None, {"model": "m"})] and probes.ready("actor-a") == (True, "a")
+    with pytest.raises(KeyError, match="no probe agent 'actor-z'"):
+        probes.call("actor-z")
+
+
+def test_short_names_of_every_source():
+    assert [
+        evidence.short_name(v)
+        for v in ("actor/agents/actor-a", "system:serviceaccount:agents:actor-a", "apikey.actor-key", "x")
+    ] == ["actor-a", "actor-a", "actor-key", "x"]
+
+
+def test_judge_api_key():
+    subject = "apikey.actor-key"
+    own = ok_call(upstream_actor_id=subject)
+    refused = {"a wrong key": Call(status=401, body="Client authentication failed.")}
+    good = Verdict(16, TITLES[16])
+    checks.judge_api_key(good, subject, own, own, "system:serviceaccount:agents:actor-a", refused, 0, 400, 400, 200)
+    assert good.passed, good.failures
+    spoofed = ok_call(upstream_actor_id="system:serviceaccount:agents:actor-a")
+    charged = {"a wrong key": Call(status=200)}
+    bad = Verdict(16, TITLES[16])
+    checks.judge_api_key(bad, subject, own, spoofed, "system:serviceaccount:agents:actor-a", charged, 0, 400, 600, 200)
+    assert bad.failures == [
+        "x-actor-id the model saw on the spoofing call: expected 'apikey.actor-key', got "
+        "'system:serviceaccount:agents:actor-a'",
+        "a wrong key: expected HTTP 401, got HTTP 200",
+        "actor-key counter after the refused calls: expected 400, got 600",
+    ]
+
+
+def test_judge_unlisted_service_account():
+    unlisted = "system:serviceaccount:agents:actor-unlisted"
+    refused = Call(status=403, body=REFUSED_BODY)  # what the budget policy's responseOverride answers
+    audience = Call(status=403, headers={"www-authenticate": 'Bearer realm="x", error="invalid_token"'})
+    good = Verdict(17, TITLES[17])
+    checks.judge_unlisted_service_account(good, unlisted, refused, audience, {unlisted: 0}, {unlisted: 0})
+    assert good.passed, good.failures
+    bad = Verdict(17, TITLES[17])
+    checks.judge_unlisted_service_account(bad, unlisted, ok_call(), Call(status=401), {unlisted: 0}, {unlisted: 200})
+    assert len(bad.failures) == 4 and bad.failures[-1] == "a refused call changed the counters"

@@ -91,16 +91,22 @@ def mock_port(tmp_path_factory):
     stop(process)
 
 
-@pytest.fixture(scope="module")
-def probe_port(mock_port, tmp_path_factory):
+def start_probe(mock_port, tmp_path_factory, **env):
+    """The probe agent on a free port, calling the mock model; (port, process) once it is ready."""
     port = free_port()
     env = {
         "PORT": str(port),
         "PROBE_BIND": "127.0.0.1",
         "PROBE_UPSTREAM": f"http://127.0.0.1:{mock_port}",
         "PROBE_TIMEOUT": "5",
+        **env,
     }
-    process = start([sys.executable, alone(PROBE_FILE, tmp_path_factory)], env, port, "/readyz")
+    return port, start([sys.executable, alone(PROBE_FILE, tmp_path_factory)], env, port, "/readyz")
+
+
+@pytest.fixture(scope="module")
+def probe_port(mock_port, tmp_path_factory):
+    port, process = start_probe(mock_port, tmp_path_factory)
     yield port
     stop(process)
 
@@ -118,6 +124,31 @@ def test_readyz_and_unknown_routes(probe_port):
     status, payload = request(probe_port, "GET", "/nope")
     assert status == 404 and payload["ok"] is False
     assert request(probe_port, "POST", "/nope", {})[0] == 404
+
+
+def test_a_credential_file_is_sent_as_bearer_and_reread_on_every_call(mock_port, tmp_path, tmp_path_factory):
+    """PROBE_AUTHORIZATION_FILE (the Substrate-free dev environment's agents): the file's content as `Bearer`,
+    read on every call, since the kubelet rewrites a projected token before it expires; not ready, and a 500 on
+    /call, while the file cannot be read; an explicit `authorization` still wins."""
+    credential = tmp_path / "token"
+    credential.write_text("first-token\n")
+    port, process = start_probe(mock_port, tmp_path_factory, PROBE_AUTHORIZATION_FILE=str(credential))
+    try:
+        status, payload = call(port)
+        assert status == 200 and payload["request"]["headers"]["Authorization"] == "Bearer first-token"
+        credential.write_text("rotated-token")
+        assert call(port)[1]["request"]["headers"]["Authorization"] == "Bearer rotated-token"
+        assert (
+            call(port, authorization="Bearer explicit")[1]["request"]["headers"]["Authorization"] == "Bearer explicit"
+        )
+        credential.unlink()
+        status, ready = request(port, "GET", "/readyz")
+        assert status == 503 and "cannot read PROBE_AUTHORIZATION_FILE" in ready["error"]
+        assert request(port, "GET", "/healthz")[0] == 200, "alive, only not ready"
+        status, failed = call(port)
+        assert status == 500 and failed["error"]["stage"] == "credential"
+    finally:
+        stop(process)
 
 
 def test_default_call_sends_a_placeholder_authorization(probe_port):

@@ -555,3 +555,20 @@ def test_smoke_result_reads_the_fetch_line():
         False,
         "output: the smoke pod printed no result (exec format error)",
     )
+
+
+def test_oidc_issuer_reads_the_api_server_s_discovery_document():
+    """What `kubectl get --raw /.well-known/openid-configuration` prints on kind (kubeadm's issuer;
+    kubernetes/kubernetes pkg/serviceaccount/openidmetadata.go `openIDMetadata`)."""
+    document = {
+        "issuer": "https://kubernetes.default.svc.cluster.local",
+        "jwks_uri": "https://172.18.0.2:6443/openid/v1/jwks",
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["RS256"],
+    }
+    assert facts.oidc_issuer(document) == "https://kubernetes.default.svc.cluster.local"
+    done = _run("oidc-issuer", stdin=json.dumps(document))
+    assert done.returncode == 0 and done.stdout == "https://kubernetes.default.svc.cluster.local\n"
+    refused = _run("oidc-issuer", stdin="{}")
+    assert refused.returncode == 2 and "names no issuer" in refused.stderr

@@ -95,7 +95,7 @@ def run(env: LiveEnv, calls: int, warmup: int, chunk: int, actor: str) -> int:
     s = env.settings
     model = s.models[0]
     tokens = max(1_000_000, 2 * (calls + warmup) * s.tokens_per_call)
-    bench = {"name": "bench", "tokens": tokens, "per": s.default_per, "actors": [s.target(actor)]}
+    bench = {"name": "bench", "tokens": tokens, "per": s.default_per, "actors": [s.actor_id(actor)]}
     with budget_class(env.stack, bench, env.settle_policy):
         print(env.fresh_buckets())
         with direct_probe(env) as direct:
@@ -110,7 +110,7 @@ def run(env: LiveEnv, calls: int, warmup: int, chunk: int, actor: str) -> int:
         "probe agent on one kept-alive connection"
     )
     problems = []
-    for name, result in (("straight to the mock", straight), (f"full path from {s.target(actor)}", full)):
+    for name, result in (("straight to the mock", straight), (f"full path from {s.actor_id(actor)}", full)):
         if result["errors"] or set(result["statuses"]) != {"200"}:
             problems.append(f"{name}: statuses {result['statuses']}, connection errors {result['errors']}")
     for line in report(summarize(straight["latencies"]), summarize(full["latencies"])):

@@ -1,10 +1,12 @@
 """End-to-end checks against the live dev stack (`make e2e`; never part of the unit run).
 
 `make e2e` fails, naming the reason, when there is no reachable dev stack (a bare `pytest tests/e2e`
-skips instead): the kube context
-kind-agent-budgets, its API server, the gateway Service agent-router, Substrate's ingress, the
-rate-limit Redis, build/bin/kubectl-ate, and a probe agent answering in each demo actor through
-atenet-router. Each check prints PASS or FAIL with its evidence; the summary repeats them at the end.
+skips instead): the kube context, its API server, the gateway Service agent-router, the rate-limit Redis,
+and a probe agent answering for each demo actor (through Substrate's ingress in the Substrate environment,
+with build/bin/kubectl-ate; through a port-forward to its pod in the Substrate-free one, `IDENTITY=kubernetes`).
+Each check prints PASS or FAIL with its evidence; the summary repeats them at the end, with every check the
+stack's identity sources make inapplicable and why (a check marked `identity_source("<source>")` runs only
+when the stack accepts that source; the mark, not an edit, decides).
 """
 
 from __future__ import annotations
@@ -16,12 +18,38 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from tests.e2e.e2elib.checks import TITLES
-from tests.e2e.e2elib.config import load_settings
+from tests.e2e.e2elib.checks import TITLES, inapplicable_reason
+from tests.e2e.e2elib.config import Settings, load_settings
 from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, cli_missing_outcome, live_env, unavailable_outcome
 from tests.e2e.e2elib.verdict import Verdict, reporting
 
 VERDICTS: list[Verdict] = []
+SKIPPED: dict[int, str] = {}
+"""Check number → why the stack's identity sources make it inapplicable."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip every check whose identity source the stack does not accept, saying so (the stack decides, not an
+    edit). A stack file that cannot be read leaves every check in: the `env` fixture then reports why."""
+    marked = [(item, item.get_closest_marker("identity_source")) for item in items]
+    if not any(mark for _, mark in marked):
+        return
+    try:
+        settings: Settings = load_settings()
+    except Exception:
+        return
+    for item, mark in marked:
+        if mark is None:
+            continue
+        reason = inapplicable_reason(_check_number(item), str(mark.args[0]), settings)
+        if reason is not None:
+            SKIPPED[_check_number(item)] = reason
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _check_number(item: pytest.Item) -> int:
+    """The check number of a test module `test_e2e_<NN>_<name>.py`."""
+    return int(item.path.name.split("_")[2])
 
 
 def require_pulumi_cli(check_number: int) -> None:
@@ -66,10 +94,13 @@ def report() -> Callable[..., AbstractContextManager[Verdict]]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not VERDICTS:
+    if not VERDICTS and not SKIPPED:
         return
     terminalreporter.section("agent-budgets end-to-end checks")
     for verdict in sorted(VERDICTS, key=lambda v: v.number):
         terminalreporter.write_line(verdict.render())
+    for number, reason in sorted(SKIPPED.items()):
+        terminalreporter.write_line(f"[SKIP] {number}. {TITLES[number]}\n       why: {reason}")
     passed = sum(v.passed for v in VERDICTS)
-    terminalreporter.write_line(f"{passed}/{len(VERDICTS)} checks passed")
+    skipped = f", {len(SKIPPED)} skipped: not for this stack's identity sources" if SKIPPED else ""
+    terminalreporter.write_line(f"{passed}/{len(VERDICTS)} checks passed{skipped}")

@@ -8,7 +8,7 @@ import pytest
 from tests.e2e.e2elib.checks import judge_no_egress
 from tests.e2e.e2elib.env import new_marker
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.identity_source("substrate")]
 
 
 def test_actor_without_egress_rule_cannot_reach_the_gateway(env, report):

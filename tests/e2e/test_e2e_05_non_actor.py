@@ -18,7 +18,7 @@ def test_non_actor_callers_get_401(env, report):
     with report(5) as v:
         v.note(env.fresh_buckets())
         before = env.counters.totals(subjects)
-        forged = forged_jwt(impersonated, s.issuer, s.audience)
+        forged = forged_jwt(impersonated, s.token_issuer, s.token_audience)
         cases = {
             "no token": env.gateway_call({}),
             f"forged JWT (sub {impersonated}, random signature)": env.gateway_call(

@@ -20,7 +20,7 @@ def test_class_member_has_its_own_limit(env, report):
     s = env.settings
     per = s.tokens_per_call
     actor_a, actor_b = s.demo_actors[:2]
-    large = {"name": "large", "tokens": CLASS_TOKENS, "per": s.default_per, "actors": [s.target(actor_b)]}
+    large = {"name": "large", "tokens": CLASS_TOKENS, "per": s.default_per, "actors": [s.actor_id(actor_b)]}
     with report(8) as v:
         with budget_class(env.stack, large, env.settle_policy) as original:
             index = len(original.get("classes") or [])
@@ -34,7 +34,7 @@ def test_class_member_has_its_own_limit(env, report):
         v.note(f"stack config restored: budgets = {json.dumps(original)}; pulumi up done")
         judge_class(
             v,
-            f"class large: {s.target(actor_b)} at {CLASS_TOKENS} tokens/{s.default_per}; "
+            f"class large: {s.actor_id(actor_b)} at {CLASS_TOKENS} tokens/{s.default_per}; "
             f"default {s.default_tokens} tokens/{s.default_per}",
             env.subject(actor_a),
             caller_calls,

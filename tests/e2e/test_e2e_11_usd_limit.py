@@ -26,7 +26,7 @@ def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report):
     per_call = mock_call_mills(s.tokens_per_call)
     limit = LIMIT_USD * MILLS_PER_USD
     budgets = env.stack.get_value("budgets")
-    money = {"name": "money", "usd": LIMIT_USD, "per": s.default_per, "actors": [s.target(actor_b)]}
+    money = {"name": "money", "usd": LIMIT_USD, "per": s.default_per, "actors": [s.actor_id(actor_b)]}
     changes = {
         "prices": {model: MOCK_PRICE for model in s.models},
         "budgets": {**budgets, "classes": [*(budgets.get("classes") or []), money]},
@@ -41,7 +41,7 @@ def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report):
         v.note(f"stack config restored ({restored}); pulumi up done")
         judge_usd_limit(
             v,
-            f"class money: {s.target(actor_b)} at ${LIMIT_USD} per {s.default_per} = {limit} mills",
+            f"class money: {s.actor_id(actor_b)} at ${LIMIT_USD} per {s.default_per} = {limit} mills",
             env.subject(actor_b),
             calls,
             limit,

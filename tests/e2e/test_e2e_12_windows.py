@@ -30,13 +30,13 @@ def test_the_smaller_window_refuses_first(env, report):
     windows = {
         "name": "windows",
         "limits": [{"tokens": SMALL[0], "per": SMALL[1]}, {"tokens": LARGE[0], "per": LARGE[1]}],
-        "actors": [s.target(actor_b)],
+        "actors": [s.actor_id(actor_b)],
     }
     changes = {"budgetPolicy": {"limitSlots": SLOTS}, "budgets": {**budgets, "classes": [*classes, windows]}}
     # Which rules count the class's two limits: the program's own compilation of the changed budgets.
     policy = BudgetPolicySettings.model_validate(changes["budgetPolicy"])
     compiled = compile_budget_rules(BudgetsConfig.model_validate(changes["budgets"]), policy.exclusion_slots, SLOTS)
-    small_rule, large_rule = (rule.index for rule in compiled.rules_for_actor(s.target(actor_b)))
+    small_rule, large_rule = (rule.index for rule in compiled.rules_for_actor(s.actor_id(actor_b)))
     with report(12) as v:
         with stack_changes(env.stack, changes, env.settle_policy):
             v.note(f"stack config: budgetPolicy.limitSlots = {SLOTS}; budgets.classes += {json.dumps(windows)}")
@@ -46,7 +46,7 @@ def test_the_smaller_window_refuses_first(env, report):
         v.note("stack config restored; pulumi up done")
         judge_windows(
             v,
-            f"class windows: {s.target(actor_b)} at {SMALL[0]} tokens/{SMALL[1]} and {LARGE[0]} tokens/{LARGE[1]}",
+            f"class windows: {s.actor_id(actor_b)} at {SMALL[0]} tokens/{SMALL[1]} and {LARGE[0]} tokens/{LARGE[1]}",
             env.subject(actor_b),
             calls,
             (small_rule, SMALL[0]),

@@ -20,8 +20,8 @@ def test_a_suspended_actor_is_refused_and_its_budget_kept(env, report):
         v.note(env.fresh_buckets())
         [first] = env.run_calls(actor_b, 1)
         before = env.totals(actor_b)[actor_b]
-        with stack_changes(env.stack, {"suspended": [s.target(actor_b)]}, env.settle_policies):
-            v.note(f"stack config: suspended = [{s.target(actor_b)}]; pulumi up done")
+        with stack_changes(env.stack, {"suspended": [s.actor_id(actor_b)]}, env.settle_policies):
+            v.note(f"stack config: suspended = [{s.actor_id(actor_b)}]; pulumi up done")
             refused = env.call(actor_b)
             [other] = env.run_calls(actor_a, 1)
             during = env.totals(actor_b)[actor_b]

@@ -36,7 +36,7 @@ def test_a_pool_and_a_per_model_limit(env, report):
         large = s.models[1]
         pool = {
             "name": "pair",
-            "members": [s.target(actor_a), s.target(actor_b)],
+            "members": [s.actor_id(actor_a), s.actor_id(actor_b)],
             "limits": [{"tokens": pool_limit, "per": s.default_per}],
         }
         pools = [*(budgets.get("pools") or []), pool]
@@ -57,7 +57,7 @@ def test_a_pool_and_a_per_model_limit(env, report):
         compiled = compile_budget_rules(
             BudgetsConfig.model_validate(changed), settings.exclusion_slots, settings.limit_slots, settings.class_slots
         )
-        own = compiled.rules_for_actor(s.target(actor_b))
+        own = compiled.rules_for_actor(s.actor_id(actor_b))
         rules = {
             "default": own[0].index,
             "model": own[len(limits)].index,
@@ -84,7 +84,7 @@ def test_a_pool_and_a_per_model_limit(env, report):
         v.note("stack config restored; pulumi up done")
         judge_pool(
             v,
-            f"pool pair: {s.target(actor_a)} and {s.target(actor_b)} at {pool_limit} tokens/{s.default_per}; "
+            f"pool pair: {s.actor_id(actor_a)} and {s.actor_id(actor_b)} at {pool_limit} tokens/{s.default_per}; "
             f"default {s.default_tokens} each, of which {model_limit} on {large}",
             (env.subject(actor_a), env.subject(actor_b)),
             model_calls,

@@ -34,7 +34,37 @@ TITLES: dict[int, str] = {
     13: "A suspended actor gets 403 saying so, with its counters untouched; lifted, it is admitted again",
     14: "`make spend --json` shows actor-a's spent tokens (calls x the mock's tokens) and actor-b's unchanged",
     15: "A pool refuses actor-a once actor-b spent it; a per-model limit refuses only calls to its model",
+    16: "An API-key agent is metered as apikey.<name> whatever x-actor-id it sends; a wrong key, the key on the "
+    "JWT listener, a token on the API-key listener or nothing gets 401",
+    17: "A service account not in agent-budgets:actors gets 403 saying so, and a token for the API server's "
+    "audience the JWT filter's 403; neither is charged",
 }
+
+SOURCE_NEEDS: dict[str, str] = {
+    "substrate": "it tests what a Substrate egress policy allows, and only Substrate actors have one",
+    "apiKeys": "it calls with an API key, and the stack has no API-key listener",
+    "kubernetes": "it calls with service-account tokens, and the stack has no service-account provider",
+}
+"""Why a check marked for an identity source does not apply to a stack without that source."""
+
+
+def inapplicable_reason(number: int, source: str, settings: Any) -> str | None:
+    """Why check `number`, which needs identity source `source`, does not apply here (None: it does): the stack
+    lacks the source, or the dev environment has no agent of it (Substrate actors run only in the Substrate
+    environment, service-account and API-key agents only in the Substrate-free one)."""
+    if source not in settings.sources:
+        return (
+            f"check {number} applies only to a stack with the {source} identity source ({SOURCE_NEEDS[source]}); "
+            f"stack {settings.pulumi_stack} accepts {', '.join(settings.sources)}"
+        )
+    if (source == "substrate") != settings.on_substrate:
+        wanted = "make up" if source == "substrate" else "make up IDENTITY=kubernetes"
+        return (
+            f"check {number} needs a {source} agent, and only the dev environment of `{wanted}` runs one "
+            f"(this run is IDENTITY={settings.identity})"
+        )
+    return None
+
 
 FAIL_CLOSED_STATUS = 500
 """Envoy's rate-limit filter with failure_mode_deny answers 500 when the rate-limit service errors
@@ -443,6 +473,73 @@ def judge_suspension(
     v.expect_equal(f"{who} counter once lifted (spent budget kept)", lifted, before)
     _expect_ok(v, f"{who} after the suspension", readmitted, per_call)
     v.expect_equal(f"{who} counter after its next call", after, before + per_call)
+
+
+# --- 16 ------------------------------------------------------------------------------------------
+
+
+def judge_api_key(
+    v: Verdict,
+    subject: str,
+    call: Call,
+    spoofed: Call,
+    spoofed_as: str,
+    refused: Mapping[str, Call],
+    before: int,
+    after_calls: int,
+    after_refused: int,
+    per_call: int,
+) -> None:
+    """Check 16: the API-key agent's own call and a spoofing one, each charged to `subject`; then the refused
+    direct calls, which change no counter."""
+    v.note(f"{short_name(subject)} call: {format_call(call)}; upstream saw x-actor-id: {call.upstream_actor_id}")
+    v.note(f"{short_name(subject)} sent x-actor-id: {spoofed_as}; upstream saw x-actor-id: {spoofed.upstream_actor_id}")
+    v.note(f"credential the model received: {call.credential or 'unknown'}")
+    _expect_ok(v, "the API-key agent's call", call, per_call)
+    _expect_ok(v, "the API-key agent's spoofing call", spoofed, per_call)
+    v.expect_equal("x-actor-id the model saw", call.upstream_actor_id, subject)
+    v.expect_equal("x-actor-id the model saw on the spoofing call", spoofed.upstream_actor_id, subject)
+    v.expect_equal("credential the model received", call.credential, "provider-key")
+    v.note(f"{short_name(subject)} counter: {before} -> {after_calls} (two calls) -> {after_refused} (refused calls)")
+    v.expect_equal(f"{short_name(subject)} counter after its two calls", after_calls - before, 2 * per_call)
+    for label, refusal in refused.items():
+        status = refusal.status if refusal.status is not None else describe_outcome(refusal)
+        v.note(f"{label}: {status} ({excerpt(refusal.body, 60)})")
+        v.expect(refusal.status == 401, f"{label}: expected HTTP 401, got {describe_outcome(refusal)}")
+    v.expect_equal(f"{short_name(subject)} counter after the refused calls", after_refused, after_calls)
+
+
+# --- 17 ------------------------------------------------------------------------------------------
+
+
+def judge_unlisted_service_account(
+    v: Verdict,
+    unlisted: str,
+    unlisted_call: Call,
+    wrong_audience: Call,
+    before: Mapping[str, int],
+    after: Mapping[str, int],
+) -> None:
+    """Check 17: the unlisted service account's own call (its projected token, the gateway's audience) and a
+    listed one's token for the API server's audience, both refused before any model is called."""
+    v.note(f"{short_name(unlisted)} (not listed) call: HTTP {unlisted_call.status} {error_text(unlisted_call.body)}")
+    v.note(
+        f"token for the API server's audience: HTTP {wrong_audience.status} "
+        f"({wrong_audience.headers.get('www-authenticate') or excerpt(wrong_audience.body, 80)})"
+    )
+    v.expect(
+        unlisted_call.status == 403, f"{short_name(unlisted)}: expected HTTP 403, got {describe_outcome(unlisted_call)}"
+    )
+    v.expect(
+        "not in agent-budgets:actors" in unlisted_call.body,
+        f"{short_name(unlisted)}: the 403 does not name the reason: {unlisted_call.body!r}",
+    )
+    v.expect(
+        wrong_audience.status == 403 and "www-authenticate" in wrong_audience.headers,
+        f"a token for the API server's audience: expected the JWT filter's 403, got {describe_outcome(wrong_audience)}",
+    )
+    v.note(f"rate limit counters before/after: {format_counters(before)} / {format_counters(after)}")
+    v.expect(dict(after) == dict(before), "a refused call changed the counters")
 
 
 # --- 14 ------------------------------------------------------------------------------------------

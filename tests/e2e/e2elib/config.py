@@ -1,15 +1,23 @@
 """Names and values of the dev stack: scripts/versions.env, the Pulumi program's fixed names, and the stack's
-own configuration (Pulumi.<stack>.yaml, validated like the program validates it)."""
+own configuration (Pulumi.<stack>.yaml, validated like the program validates it).
+
+Two dev environments exist, picked by `IDENTITY` as `make up` picks them: `substrate` (the default: the probe
+agents are Substrate actors, reached through Substrate's ingress) and `kubernetes` (its own kind cluster and
+stack; the probe agents are plain pods, each calling with its service-account token or its API key). The stack's
+`identity.sources` then say which checks apply (tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from core import platform_values as platform
+from core.identity import API_KEYS, SUBSTRATE, actor_header_value
 from core.manifests import BUDGET_POLICY_NAME, JWT_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
 from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME
 from core.settings import (
@@ -17,6 +25,7 @@ from core.settings import (
     GATEWAY_HOSTNAME,
     GATEWAY_SERVICE_NAME,
     GatewaySettings,
+    IdentitySettings,
     RedisSettings,
     StackSettings,
     SubstrateSettings,
@@ -28,6 +37,10 @@ _GATEWAY = GatewaySettings()
 _DEFAULT_STACK = StackSettings.model_validate({"budgets": {"default": {"tokens": 1, "per": "Day"}}})
 _REDIS = RedisSettings()
 _SUBSTRATE = SubstrateSettings()
+_IDENTITY = IdentitySettings()
+IDENTITY_ENV = "IDENTITY"
+"""How `make up` and `make e2e` pick the dev environment: `substrate` (default) or `kubernetes`."""
+IDENTITY_MODES = ("substrate", "kubernetes")
 
 ROOT = Path(__file__).resolve().parents[3]
 VERSIONS_ENV = ROOT / "scripts" / "versions.env"
@@ -97,6 +110,16 @@ class Settings:
     substrate_namespace: str = "ate-system"
     ingress_service: str = "atenet-router"
     ingress_port: int = 80
+    # Identity sources: which dev environment (IDENTITY), and what the stack accepts.
+    identity: str = "substrate"
+    sources: tuple[str, ...] = tuple(_IDENTITY.sources)
+    kubernetes_issuer: str = _IDENTITY.kubernetes.issuer
+    kubernetes_audience: str = _IDENTITY.kubernetes.audience
+    api_key_port: int = _IDENTITY.api_keys.port
+    # The Substrate-free environment's agents: plain pods in one namespace, each as its own service account.
+    agent_namespace: str = "agents"
+    api_key_agent: str = "actor-key"
+    unlisted_agent: str = "actor-unlisted"
 
     @property
     def domain(self) -> str:
@@ -108,16 +131,42 @@ class Settings:
         return self.root / "build" / "bin" / "kubectl-ate"
 
     @property
+    def on_substrate(self) -> bool:
+        """Whether the probe agents are Substrate actors (else plain pods of the Substrate-free environment)."""
+        return self.identity == "substrate"
+
+    @property
     def all_actors(self) -> tuple[str, ...]:
-        return (*self.demo_actors, self.noegress_actor)
+        """Every probe agent the checks may call or count, listed in the stack or not."""
+        if self.on_substrate:
+            return (*self.demo_actors, self.noegress_actor)
+        extra = (self.api_key_agent,) if API_KEYS in self.sources else ()
+        return (*self.demo_actors, *extra, self.unlisted_agent)
+
+    def actor_id(self, actor: str) -> str:
+        """How `agent-budgets:actors` writes the probe agent `actor` (core.identity)."""
+        if self.on_substrate:
+            return f"{self.atespace}/{actor}"
+        if actor == self.api_key_agent:
+            return f"apikey:{actor}"
+        return f"serviceaccount:{self.agent_namespace}/{actor}"
 
     def subject(self, actor: str) -> str:
-        """The JWT subject (and x-actor-id value) of an actor of the demo atespace."""
-        return f"actor/{self.atespace}/{actor}"
+        """The `x-actor-id` value of the probe agent `actor`'s verified calls."""
+        return actor_header_value(self.actor_id(actor))
 
     def target(self, actor: str) -> str:
         """The ate-target-actor header value that routes ingress to an actor."""
         return f"{self.atespace}/{actor}"
+
+    @property
+    def token_issuer(self) -> str:
+        """The issuer a forged token claims: Substrate's, or the cluster's where agents use service accounts."""
+        return self.issuer if SUBSTRATE in self.sources else self.kubernetes_issuer
+
+    @property
+    def token_audience(self) -> str:
+        return self.audience if SUBSTRATE in self.sources else self.kubernetes_audience
 
 
 def read_stack_file(text: str) -> StackSettings:
@@ -128,7 +177,7 @@ def read_stack_file(text: str) -> StackSettings:
 
 def stack_values(stack: StackSettings) -> dict[str, object]:
     """What the checks need from the stack's settings: every model name, the mock's tokens per call, the
-    default budget and the fail mode."""
+    default budget, the fail mode and the identity sources."""
     first = stack.budgets.default.limit_list()[0]  # the checks meter tokens: the default's first limit
     return {
         "models": tuple(model for route in stack.routes for model in route.models),
@@ -136,31 +185,63 @@ def stack_values(stack: StackSettings) -> dict[str, object]:
         "default_tokens": first.tokens or 0,
         "default_per": first.per,
         "fail_closed": stack.rate_limit.fail_closed,
+        "sources": tuple(stack.identity.sources),
+        "kubernetes_issuer": stack.identity.kubernetes.issuer,
+        "kubernetes_audience": stack.identity.kubernetes.audience,
+        "api_key_port": stack.identity.api_keys.port,
     }
 
 
-def settings_from_env(values: dict[str, str], root: Path = ROOT, stack: StackSettings | None = None) -> Settings:
+def identity_mode(environ: Mapping[str, str]) -> str:
+    """`IDENTITY` as `make` passes it: `substrate` (default) or `kubernetes`; anything else is an error."""
+    mode = environ.get(IDENTITY_ENV) or "substrate"
+    if mode not in IDENTITY_MODES:
+        raise ValueError(f"{IDENTITY_ENV}={mode!r}: use substrate (the default) or kubernetes")
+    return mode
+
+
+def stack_name(values: Mapping[str, str], identity: str) -> str:
+    """The dev stack of an identity mode (scripts/versions.env, as scripts/lib.sh picks it)."""
+    if identity == "kubernetes":
+        return values.get("KUBERNETES_PULUMI_STACK", "dev-kubernetes")
+    return values.get("PULUMI_STACK", Settings.pulumi_stack)
+
+
+def settings_from_env(
+    values: dict[str, str], root: Path = ROOT, stack: StackSettings | None = None, identity: str = "substrate"
+) -> Settings:
     defaults = Settings(root=root)
     repo = values.get("PROBE_IMAGE_REPO", "localhost:5001/agent-budgets-probe")
     tag = values.get("PROBE_IMAGE_TAG", "dev")
-    actors = tuple(values.get("DEMO_ACTORS", " ".join(defaults.demo_actors)).split())
+    on_kubernetes = identity == "kubernetes"
+    actor_key = "SERVICE_ACCOUNT_AGENTS" if on_kubernetes else "DEMO_ACTORS"
+    actors = tuple(values.get(actor_key, " ".join(defaults.demo_actors)).split())
+    if on_kubernetes:
+        context = values.get("KUBERNETES_KUBE_CONTEXT", "kind-agent-budgets-kubernetes")
+    else:
+        context = values.get("KUBE_CONTEXT", defaults.kube_context)
     return Settings(
         root=root,
-        kube_context=values.get("KUBE_CONTEXT", defaults.kube_context),
+        kube_context=context,
         atespace=values.get("ATESPACE", defaults.atespace),
         demo_actors=actors,
         noegress_actor=values.get("NOEGRESS_ACTOR", defaults.noegress_actor),
         actor_template=values.get("ACTOR_TEMPLATE", defaults.actor_template),
         probe_image=f"{repo}:{tag}",
-        pulumi_stack=values.get("PULUMI_STACK", defaults.pulumi_stack),
+        pulumi_stack=stack_name(values, identity),
         pulumi_passphrase=values.get("PULUMI_DEV_PASSPHRASE", defaults.pulumi_passphrase),
+        identity=identity,
+        agent_namespace=values.get("AGENT_NAMESPACE", defaults.agent_namespace),
+        api_key_agent=values.get("API_KEY_AGENT", defaults.api_key_agent),
+        unlisted_agent=values.get("UNLISTED_AGENT", defaults.unlisted_agent),
         **(stack_values(stack) if stack is not None else {}),
     )
 
 
-def load_settings(root: Path = ROOT) -> Settings:
-    """scripts/versions.env for names, Pulumi.<stack>.yaml (validated like the program does) for values."""
+def load_settings(root: Path = ROOT, environ: Mapping[str, str] | None = None) -> Settings:
+    """scripts/versions.env for names, Pulumi.<stack>.yaml (validated like the program does) for values; the
+    stack is the one of `IDENTITY` (environ, default os.environ)."""
+    identity = identity_mode(os.environ if environ is None else environ)
     values = parse_env_file((root / "scripts" / "versions.env").read_text(encoding="utf-8"))
-    stack_name = values.get("PULUMI_STACK", Settings.pulumi_stack)
-    stack = parse_settings(load_stack(root, stack_name).raw)
-    return settings_from_env(values, root, stack)
+    stack = parse_settings(load_stack(root, stack_name(values, identity)).raw)
+    return settings_from_env(values, root, stack, identity)

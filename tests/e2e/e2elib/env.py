@@ -10,6 +10,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from core.identity import API_KEYS
+
 from .checks import call_from_reply
 from .config import Settings
 from .counters import Counters
@@ -18,7 +20,10 @@ from .kube import Ate, Kube, count_marker
 from .portforward import PortForward
 from .probe import Call, ProbeClient
 from .runner import Runner, SubprocessRunner, check
-from .stack import StackConfig, preflight, probes_problem
+from .stack import StackConfig, preflight, probe_service, probes_problem
+
+PROBE_PORT = 8080
+"""The probe agent's port (probe/probe_agent.py, and its Service in scripts/dev_agents.py)."""
 
 
 class StackUnavailableError(RuntimeError):
@@ -52,16 +57,39 @@ def cli_missing_outcome(
     return ("fail" if environ.get(REQUIRE_STACK_ENV) == "1" else "skip"), message
 
 
+class AgentProbes:
+    """The probe agents of the Substrate-free environment: one Service each, each behind its own port-forward; the
+    same calls as a ProbeClient, addressed by agent."""
+
+    def __init__(self, clients: Mapping[str, ProbeClient]) -> None:
+        self.clients = dict(clients)
+
+    def _client(self, actor: str | None) -> ProbeClient:
+        if actor not in self.clients:
+            raise KeyError(f"no probe agent {actor!r} (have {', '.join(self.clients)})")
+        return self.clients[actor]
+
+    def call(self, actor: str | None, **spec: Any) -> Call:
+        return self._client(actor).call(None, **spec)
+
+    def ready(self, actor: str | None) -> tuple[bool, str]:
+        return self._client(actor).ready(None)
+
+    def bench(self, actor: str | None, count: int, **spec: Any) -> dict[str, Any]:
+        return self._client(actor).bench(None, count, **spec)
+
+
 @dataclass
 class LiveEnv:
     settings: Settings
     runner: Runner
     kube: Kube
-    ate: Ate
+    ate: Ate | None  # Substrate's `kubectl ate`, in the Substrate environment only
     counters: Counters
-    probe: ProbeClient
+    probe: ProbeClient | AgentProbes
     gateway: PortForward
     stack: StackConfig
+    api_key_gateway: PortForward | None = None  # the API-key listener, when the stack has API keys
 
     def subject(self, actor: str) -> str:
         return self.settings.subject(actor)
@@ -72,7 +100,7 @@ class LiveEnv:
         deleted = self.counters.clear(subjects)
         return (
             f"fresh buckets: deleted {deleted} counter key(s) of "
-            f"{', '.join(self.settings.target(a) for a in self.settings.all_actors)} first"
+            f"{', '.join(self.settings.actor_id(a) for a in self.settings.all_actors)} first"
         )
 
     def totals(self, *actors: str) -> dict[str, int]:
@@ -114,13 +142,28 @@ class LiveEnv:
                 self.wait_totals({actor: charged})
         return calls
 
-    def gateway_call(self, headers: Mapping[str, str], path: str = "/v1/chat/completions") -> Call:
-        """A model call straight to the gateway from outside any sandbox (not an actor)."""
+    def gateway_call(
+        self, headers: Mapping[str, str], path: str = "/v1/chat/completions", listener: str = "http"
+    ) -> Call:
+        """A model call straight to the gateway from outside any agent (not an actor), on the JWT listener or, with
+        `listener="apikeys"`, on the API-key listener."""
+        forward = self.gateway if listener == "http" else self.api_key_gateway
+        if forward is None:
+            raise RuntimeError("the stack has no API-key listener (apiKeys is not in identity.sources)")
         body = {"model": self.settings.models[0], "messages": [{"role": "user", "content": "hi"}]}
         reply = http_request(
-            self.gateway.port, "POST", path, headers=headers, body=body, host=self.settings.gateway_host, timeout=30.0
+            forward.port, "POST", path, headers=headers, body=body, host=self.settings.gateway_host, timeout=30.0
         )
         return call_from_reply(reply)
+
+    def service_account_token(self, account: str, audience: str | None = None) -> str:
+        """A token of a service account of the agents' namespace (`kubectl create token`; the API server's own
+        audience unless `audience` is given), as an agent outside the gateway's rules would hold it."""
+        s = self.settings
+        args = ["-n", s.agent_namespace, "create", "token", account, "--duration", "10m"]
+        if audience is not None:
+            args += ["--audience", audience]
+        return check(self.kube.run(*args), f"kubectl create token {account}").stdout.strip()
 
     def gateway_log_hits(
         self, markers: Mapping[str, str], wait_for: str | None = None, timeout: float = 20.0
@@ -197,6 +240,14 @@ class LiveEnv:
             self._redis_ready(timeout)
 
 
+def _forward_port(stack: ExitStack, settings: Settings, agent: str) -> Callable[[], int]:
+    """The local port of a port-forward to one agent's probe Service (restarted when its pod went away)."""
+    forward = stack.enter_context(
+        PortForward(settings.kube_context, settings.agent_namespace, f"service/{probe_service(agent)}", PROBE_PORT)
+    )
+    return lambda: forward.port
+
+
 def new_marker() -> str:
     return f"e2e-{uuid.uuid4().hex[:16]}"
 
@@ -211,14 +262,6 @@ def live_env(settings: Settings, runner: Runner | None = None, log: Callable[[st
         raise StackUnavailableError(reason)
     with ExitStack() as stack:
         try:
-            ingress = stack.enter_context(
-                PortForward(
-                    settings.kube_context,
-                    settings.substrate_namespace,
-                    f"service/{settings.ingress_service}",
-                    settings.ingress_port,
-                )
-            )
             gateway = stack.enter_context(
                 PortForward(
                     settings.kube_context,
@@ -227,26 +270,55 @@ def live_env(settings: Settings, runner: Runner | None = None, log: Callable[[st
                     settings.gateway_port,
                 )
             )
+            api_key_gateway = None
+            if API_KEYS in settings.sources:
+                api_key_gateway = stack.enter_context(
+                    PortForward(
+                        settings.kube_context,
+                        settings.gateway_namespace,
+                        f"service/{settings.gateway_service}",
+                        settings.api_key_port,
+                    )
+                )
+            probe: ProbeClient | AgentProbes
+            if settings.on_substrate:
+                ingress = stack.enter_context(
+                    PortForward(
+                        settings.kube_context,
+                        settings.substrate_namespace,
+                        f"service/{settings.ingress_service}",
+                        settings.ingress_port,
+                    )
+                )
+                probe = ProbeClient(lambda: ingress.port, settings.target)
+            else:
+                probe = AgentProbes(
+                    {agent: ProbeClient(_forward_port(stack, settings, agent)) for agent in settings.all_actors}
+                )
         except RuntimeError as exc:
             raise StackUnavailableError(str(exc)) from exc
-        probe = ProbeClient(lambda: ingress.port, settings.target)
-        problem = probes_problem(probe.ready, settings.demo_actors)
+        via = "atenet-router" if settings.on_substrate else f"its port-forward (namespace {settings.agent_namespace})"
+        problem = probes_problem(probe.ready, settings.demo_actors, via)
         if problem:
             raise StackUnavailableError(problem)
         env = LiveEnv(
             settings=settings,
             runner=runner,
             kube=kube,
-            ate=Ate(runner, str(settings.kubectl_ate), settings.kube_context, settings.atespace),
+            ate=Ate(runner, str(settings.kubectl_ate), settings.kube_context, settings.atespace)
+            if settings.on_substrate
+            else None,
             counters=Counters(
                 kube, settings.redis_namespace, settings.redis_pod, settings.redis_secret, settings.redis_secret_key
             ),
             probe=probe,
             gateway=gateway,
             stack=StackConfig(runner, settings),
+            api_key_gateway=api_key_gateway,
         )
         log(
-            f"e2e: dev stack {settings.kube_context} reachable; probe agents of "
-            f"{', '.join(settings.target(a) for a in settings.demo_actors)} answer through atenet-router"
+            f"e2e: dev stack {settings.pulumi_stack} on {settings.kube_context} reachable (identity sources "
+            f"{', '.join(settings.sources)}); probe agents of "
+            f"{', '.join(settings.actor_id(a) for a in settings.demo_actors)} answer through {via}"
         )
         yield env

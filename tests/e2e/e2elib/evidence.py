@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from core.identity import parse_header_value
+
 from .probe import Call
 
 INDENT = " " * 7
 
 
 def short_name(subject: str) -> str:
-    """actor/agents/actor-a -> actor-a (plain names pass through)."""
-    return subject.rsplit("/", 1)[-1]
+    """The agent's own name in an `x-actor-id`: actor/agents/actor-a, system:serviceaccount:agents:actor-a and
+    apikey.actor-a -> actor-a (plain names pass through)."""
+    caller = parse_header_value(subject)
+    return caller.name if caller is not None else subject.rsplit("/", 1)[-1]
 
 
 def format_counters(totals: Mapping[str, int]) -> str:

@@ -27,25 +27,40 @@ def preflight(kube: Kube, settings: Settings, which: Callable[[str], str | None]
         return f"kube context {settings.kube_context} not found"
     if not kube.api_ready():
         return f"the API server of {settings.kube_context} does not answer"
-    wanted = (
+    wanted = [
         (settings.gateway_namespace, "service", settings.gateway_service, "the model gateway Service"),
-        (settings.substrate_namespace, "service", settings.ingress_service, "Substrate's ingress Service"),
         (settings.redis_namespace, "pod", settings.redis_pod, "the rate-limit Redis"),
-    )
+    ]
+    if settings.on_substrate:
+        wanted.insert(
+            1, (settings.substrate_namespace, "service", settings.ingress_service, "Substrate's ingress Service")
+        )
+    else:
+        wanted += [
+            (settings.agent_namespace, "service", probe_service(agent), f"the probe agent {agent}'s Service")
+            for agent in settings.all_actors
+        ]
     for namespace, kind, name, what in wanted:
         if not kube.exists(namespace, kind, name):
             return f"{what} {kind}/{name} in {namespace} not found"
-    if not settings.kubectl_ate.exists():
+    if settings.on_substrate and not settings.kubectl_ate.exists():
         return f"{settings.kubectl_ate.relative_to(settings.root)} is missing"
     return None
 
 
-def probes_problem(ready: Callable[[str], tuple[bool, str]], actors: Sequence[str]) -> str | None:
-    """None when every actor's probe agent answers through the ingress, else what is wrong."""
+def probe_service(agent: str) -> str:
+    """The Service of one agent of the Substrate-free environment (scripts/dev_agents.py `probe_name`)."""
+    return f"probe-{agent}"
+
+
+def probes_problem(
+    ready: Callable[[str], tuple[bool, str]], actors: Sequence[str], via: str = "atenet-router"
+) -> str | None:
+    """None when every actor's probe agent answers, else what is wrong."""
     for actor in actors:
         ok, detail = ready(actor)
         if not ok:
-            return f"the probe agent in actor {actor} does not answer through atenet-router ({detail})"
+            return f"the probe agent in actor {actor} does not answer through {via} ({detail})"
     return None
 
 
