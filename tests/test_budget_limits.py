@@ -311,10 +311,11 @@ def limit_counters(rules: BudgetRules, actors: list[str] = ACTORS, namespace: st
     pool limit as ("pool:<name>", position), the one counter all of its members share.
 
     Also proves coverage: each actor is charged by exactly the limits of its own budget and of the pools it is
-    in, asking the model once without a model and once per model a per-model limit names.
+    in, asking the model once per model a per-model limit names (a call to any model is also charged by every
+    limit over all models, which never read that header), or once with no model when no limit names one.
     """
     model = PolicyModel(namespace, NAME, rules.specs())
-    probes = [{}, *({MODEL_HEADER: name} for name in rules.model_names())]
+    probes = [{MODEL_HEADER: name} for name in rules.model_names()] or [{}]
     result: Counters = {}
     for actor in actors:
         applied = {}

@@ -159,7 +159,10 @@ def test_a_pool_that_does_not_fit_one_match_is_refused_not_split():
     assert "over Envoy Gateway's 1024 per match. A pool is one rule with one counter" in problem.message
     assert "list those under atespaces instead" in problem.message
     as_atespace = PoolSpec("big", (tokens(9),), (), "budgets.pools[0]", atespaces=("agents",))
-    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [as_atespace], 0)
+    pooled_rule = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [as_atespace], 0).rules[1]
+    assert pooled_rule.headers == (
+        {"name": "x-actor-id", "type": "RegularExpression", "value": "^actor/(?:agents)/[^/]+$"},
+    )
 
 
 def test_pools_after_classes_need_class_slots_and_say_what_changing_them_restarts():
@@ -175,8 +178,10 @@ def test_pools_after_classes_need_class_slots_and_say_what_changing_them_restart
         "pool's rules move when it changes, so pool counters restart once (the default budget's and the classes' "
         "keep theirs): set it with the first pool, when nothing restarts"
     )
-    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)  # no class: nothing to make room for
-    compile_rules(BudgetSpec("default", (tokens(500),)), classes, 1, 1, [], 0)  # no pool: classSlots plays no part
+    no_class = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 1, [pool], 0)
+    assert [r.purpose for r in no_class.rules] == ["default", "pool:team"], "no class: nothing to make room for"
+    no_pool = compile_rules(BudgetSpec("default", (tokens(500),)), classes, 1, 1, [], 0)
+    assert [r.purpose for r in no_pool.rules] == ["default", "class:c", "class:d"], "no pool: classSlots plays no part"
 
 
 def test_unused_class_slots_hold_reserved_rules_only_before_a_pool():
@@ -192,7 +197,8 @@ def test_unused_class_slots_hold_reserved_rules_only_before_a_pool():
 def test_the_pools_that_fit_after_the_class_slots_are_counted():
     """At limitSlots 2 and classSlots 120, pools take blocks 121 on: rule 127 * 2 = 254 is the last that fits."""
     pools = [PoolSpec(f"p{i}", (tokens(9),), ("agents/a",)) for i in range(8)]
-    compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, pools[:7], 120)
+    fitting = compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, pools[:7], 120)
+    assert (fitting.rules[-1].index, fitting.rules[-1].purpose) == (254, "pool:p6")
     with pytest.raises(ConfigError) as caught:
         compile_rules(BudgetSpec("default", (tokens(500),)), [], 1, 2, pools, 120)
     [problem] = caught.value.problems

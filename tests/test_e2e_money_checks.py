@@ -121,8 +121,8 @@ class ProgramStack:
 
     def _charge(self, metadata_key: str, model: str) -> int:
         usage = MockSettings(total_tokens=SETTINGS.tokens_per_call).usage()
-        if metadata_key == COST_METADATA_KEY or not self.prices_usd:
-            return usage["total_tokens"]
+        if metadata_key == COST_METADATA_KEY or (metadata_key == USD_METADATA_KEY and not self.prices_usd):
+            return usage["total_tokens"]  # (the second: a gateway that charges usd rules in tokens, to be caught)
         reported = {  # Agent Router's InputToken, OutputToken, CachedInputToken of an OpenAI-schema usage
             TOKEN_METADATA_KEYS["input"]: usage["prompt_tokens"],
             TOKEN_METADATA_KEYS["output"]: usage["completion_tokens"],

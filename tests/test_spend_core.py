@@ -261,6 +261,22 @@ def test_the_plan_gives_every_counter_the_key_the_model_finds_for_its_requests()
     assert len(found[rules.rules_of_pool(0)[0].index]) == 1, "two research agents, one counter"
 
 
+def test_a_member_s_share_is_read_only_from_its_own_counter_of_the_same_kind_window_and_models():
+    """Every call of the member charges its own counter and the pool's alike only when both count the same calls:
+    a per-model pool limit's share is not in a counter over every model, nor in one over other models, nor in one
+    of another kind or window."""
+    pool = counter(actor="", subject="", budget="pool:team", rule=9, models=("gpt-4.1",), pool="team",
+                   members=("a/same", "a/every-model", "a/other-model", "a/output", "a/hourly"))  # fmt: skip
+    own = {
+        "a/same": [(counter(actor="a/same", models=("gpt-4.1",)), 40)],
+        "a/every-model": [(counter(actor="a/every-model"), 900)],
+        "a/other-model": [(counter(actor="a/other-model", models=("o3",)), 70)],
+        "a/output": [(counter(actor="a/output", models=("gpt-4.1",), count="output"), 30)],
+        "a/hourly": [(counter(actor="a/hourly", models=("gpt-4.1",), per="Hour"), 20)],
+    }
+    assert spend.member_shares(pool, own) == (("a/same", 40),)
+
+
 def test_a_pool_row_shows_the_shared_counter_once_and_only_the_shares_that_can_be_read():
     rules = pooled_rules()
     plan = spend.plan_counters(POOLED_ACTORS, rules, "ns", "p", NOW)
