@@ -55,6 +55,6 @@ def run() -> None:
         raise pulumi.RunError(str(error)) from None
     for warning in validated.warnings:
         pulumi.log.warn(warning.render())
-    outputs = build_stack(validated.settings, validated.rules)
+    outputs = build_stack(validated.settings, validated.rules, validated.egress)
     for key, value in outputs.items():
         pulumi.export(key, value)

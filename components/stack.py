@@ -19,10 +19,10 @@ from components.monitoring import Monitoring
 from components.platform_releases import Platform
 from components.service_account_trust import ServiceAccountTrust
 from core.budget_rules import BudgetRules
+from core.egress import EgressPolicySettings
 from core.identity import SUBSTRATE
 from core.kubeconfig import is_contents as kubeconfig_is_contents
 from core.settings import PROJECT, StackSettings
-from core.validation import egress_settings, manages_egress_policies
 from core.worst_case import stack_worst_cases
 
 
@@ -59,8 +59,11 @@ def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
     }
 
 
-def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
-    """Declare every resource; return the stack outputs (nothing secret but `apiKeys`, a Pulumi secret)."""
+def build_stack(
+    settings: StackSettings, rules: BudgetRules, egress: EgressPolicySettings | None = None
+) -> dict[str, Any]:
+    """Declare every resource; return the stack outputs (nothing secret but `apiKeys`, a Pulumi secret). ``egress``:
+    the egress-policy settings core.validation checked (None when the stack holds no egress policy)."""
     cluster = kubernetes_provider(settings)
     with_cluster = pulumi.ResourceOptions(providers={"kubernetes": cluster})
 
@@ -121,8 +124,8 @@ def build_stack(settings: StackSettings, rules: BudgetRules) -> dict[str, Any]:
         Monitoring("monitoring", settings, rules, namespace=namespace, opts=with_cluster)
     if settings.monitoring.dashboard:
         Dashboard("dashboard", settings, rules, namespace=namespace, opts=with_cluster)
-    if manages_egress_policies(settings):
-        ActorEgressPolicies("actor-egress", egress_settings(settings))
+    if egress is not None:
+        ActorEgressPolicies("actor-egress", egress)
 
     outputs: dict[str, Any] = {}
     if settings.identity.jwt_sources:

@@ -60,6 +60,13 @@ class ConfigView:
     raw: Mapping[str, Any]
     failed: frozenset[str] = frozenset()
     _typed: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _remembered: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def remember(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()`, worked out once per view: several checks read the same list of every actor."""
+        if key not in self._remembered:
+            self._remembered[key] = compute()
+        return self._remembered[key]
 
     def get(self, *path: str | int) -> Any:
         """The value at `path` (camelCase keys, list indexes), its default when left out, else MISSING."""
@@ -90,11 +97,16 @@ class ConfigView:
         return [(index, entry) for index, entry in enumerate(value) if isinstance(entry, Mapping)]
 
     def strings(self, *path: str | int) -> list[tuple[int, str]] | None:
-        """The strings of the list at `path` with their index, or None when `path` is not a list."""
-        value = self.get(*path)
-        if not isinstance(value, list):
-            return None
-        return [(index, item) for index, item in enumerate(value) if isinstance(item, str)]
+        """The strings of the list at `path` with their index, or None when `path` is not a list (read-only:
+        the list is shared by every check that asks)."""
+
+        def compute() -> list[tuple[int, str]] | None:
+            value = self.get(*path)
+            if not isinstance(value, list):
+                return None
+            return [(index, item) for index, item in enumerate(value) if isinstance(item, str)]
+
+        return self.remember(("strings", path), compute)
 
     def typed(self, key: str) -> Any:
         """The validated value of top-level `key`, or None when that section has a field error."""
@@ -142,9 +154,13 @@ def listing(names: list[str], most: int = 10) -> str:
 
 
 def _listed_actors(view: ConfigView) -> set[str] | None:
-    """The actors of `actors`, or None when `actors` is not a list (its own error says so)."""
-    listed = view.strings("actors")
-    return {actor for _, actor in listed} if listed is not None else None
+    """The actors of `actors`, or None when `actors` is not a list (its own error says so); read-only, shared."""
+
+    def compute() -> set[str] | None:
+        listed = view.strings("actors")
+        return {actor for _, actor in listed} if listed is not None else None
+
+    return view.remember("listed actors", compute)
 
 
 def _repeated(items: Iterable[tuple[int, Any]]) -> dict[int, int]:

@@ -33,11 +33,12 @@ No value holds `_` either, the separator of envoyproxy/ratelimit's Redis keys (s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from core.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label, is_dns_subdomain
+from core.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, LABEL_PAIR, is_dns_label, is_dns_subdomain
 from core.problems import short
 
 SourceName = Literal["substrate", "kubernetes", "apiKeys"]
@@ -113,9 +114,9 @@ class ActorRef:
 
 
 def _substrate(text: str) -> ActorRef | None:
-    parts = text.split("/")
-    if len(parts) == 2 and all(is_dns_label(part) for part in parts):
-        return ActorRef(SUBSTRATE, parts[0], parts[1])
+    if LABEL_PAIR.fullmatch(text):
+        atespace, name = text.split("/")
+        return ActorRef(SUBSTRATE, atespace, name)
     return None
 
 
@@ -158,8 +159,12 @@ def _hint(text: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def parse_actor_id(text: str) -> ActorRef:
-    """The actor `text` names, or ActorIdError saying how to write it (one of `ACTOR_ID_FORMS`)."""
+    """The actor `text` names, or ActorIdError saying how to write it (one of `ACTOR_ID_FORMS`).
+
+    Kept per id: validation, the egress settings, the budget layout and the spend report each ask about every
+    actor, so a fleet's ids are parsed once (the ActorRef is frozen)."""
     if text.startswith(SERVICE_ACCOUNT_ID_PREFIX):
         return _service_account(text)
     if text.startswith(API_KEY_ID_PREFIX):

@@ -19,6 +19,10 @@ DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 """`IsDNS1035Label`'s pattern: a Service name (`ValidateServiceName` is `NameIsDNS1035Label`)."""
 DNS_LABEL_MAX = 63
 """`IsDNS1123Label`: at most 63 characters."""
+_BOUNDED_LABEL = "[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+LABEL_PAIR = re.compile(rf"{_BOUNDED_LABEL}/{_BOUNDED_LABEL}")
+"""Two DNS-1123 labels of at most 63 characters joined by `/` (`fullmatch` it): a Substrate actor
+`<atespace>/<name>` in one match, which every actor of a large fleet goes through."""
 DNS_SUBDOMAIN_MAX = 253
 """`IsDNS1123Subdomain`: at most 253 characters."""
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")

@@ -86,6 +86,8 @@ class ValidatedStack:
     settings: StackSettings
     rules: BudgetRules
     warnings: tuple[Problem, ...] = ()
+    egress: EgressPolicySettings | None = None
+    """Every actor's egress-policy settings, already checked (None when substrate.egress.enabled is false)."""
 
 
 @dataclass
@@ -94,6 +96,8 @@ class _Findings:
 
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    settings: StackSettings | None = None
+    """The typed settings, when every field validated (so they are validated once per run)."""
 
 
 def expected_secret_keys(view: ConfigView) -> dict[str, str]:
@@ -159,7 +163,7 @@ def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> dict[str, Any]:
 def _field_problems(sections: Mapping[str, Any], findings: _Findings) -> frozenset[str]:
     """Every field error of every section; returns the top-level keys that had one."""
     try:
-        StackSettings.model_validate(sections, by_alias=True, by_name=False)
+        findings.settings = StackSettings.model_validate(sections, by_alias=True, by_name=False)
     except ValidationError as error:
         details = error.errors(include_url=False)
         # A string pydantic cannot read as Unicode holds a lone surrogate: step 0 reported it by its key.
@@ -193,10 +197,11 @@ def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
 
     Raises ConfigError listing every problem.
     """
-    findings, view = _check_settings(raw)
+    findings, _ = _check_settings(raw)
     if findings.problems:
         raise ConfigError(findings.problems)
-    return StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
+    assert findings.settings is not None  # no problem, so every field validated
+    return findings.settings
 
 
 def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> list[Problem]:
@@ -223,13 +228,13 @@ def egress_settings(settings: StackSettings) -> EgressPolicySettings:
     egress = settings.substrate.egress
     provider_hosts = [h for h in (p.effective_hostname for p in settings.providers) if h]
     return EgressPolicySettings(
-        actors=settings.actors_of(SUBSTRATE),
+        actors=tuple(settings.actors_of(SUBSTRATE)),
         gateway_hostname=GATEWAY_HOSTNAME,
         gateway_port=settings.gateway.port,
-        audiences=[settings.substrate.audience],
+        audiences=(settings.substrate.audience,),
         expiration_seconds=egress.expiration_seconds,
-        extra_hostnames=list(egress.extra_hostnames),
-        provider_hosts=sorted(set(provider_hosts)),
+        extra_hostnames=tuple(egress.extra_hostnames),
+        provider_hosts=tuple(sorted(set(provider_hosts))),
         kube_context=settings.kubernetes.context,
         kubeconfig=settings.kubernetes.kubeconfig or None,
         kubectl=egress.kubectl,
@@ -244,13 +249,15 @@ def manages_egress_policies(settings: StackSettings) -> bool:
     return settings.identity.uses(SUBSTRATE) and settings.substrate.egress.enabled
 
 
-def egress_problems(settings: StackSettings) -> list[Problem]:
-    """Substrate's own constraints on the egress policies (a backstop behind the field checks)."""
-    if not manages_egress_policies(settings):
+def egress_problems(egress: EgressPolicySettings | None) -> list[Problem]:
+    """Substrate's own constraints on the egress policies (a backstop behind the field checks), keyed by the
+    configuration key each input comes from. The settings keep the answer: the component that registers the
+    shards asks the same object, so one program run checks every actor once."""
+    if egress is None:
         return []
     return [
         Problem(EGRESS_INPUT_KEYS.get(problem.field, "substrate.egress"), problem.message)
-        for problem in settings_problems(egress_settings(settings))
+        for problem in settings_problems(egress)
     ]
 
 
@@ -351,14 +358,15 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
 
     if findings.problems:
         raise ConfigError(findings.problems)
-    # Every field and cross-key check passed, so the model validates and the rules compiled.
-    settings = StackSettings.model_validate(dict(view.raw), by_alias=True, by_name=False)
-    assert rules is not None
+    # Every field and cross-key check passed, so the model validated and the rules compiled.
+    settings = findings.settings
+    assert settings is not None and rules is not None
     # Substrate's own constraints are a backstop behind the field checks: they run on settings known good.
-    egress = egress_problems(settings)
-    if egress:
-        raise ConfigError(egress)
-    return ValidatedStack(settings, rules, tuple(findings.warnings))
+    egress = egress_settings(settings) if manages_egress_policies(settings) else None
+    problems = egress_problems(egress)
+    if problems:
+        raise ConfigError(problems)
+    return ValidatedStack(settings, rules, tuple(findings.warnings), egress)
 
 
 __all__ = [

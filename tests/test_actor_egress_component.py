@@ -13,7 +13,7 @@ import pytest
 from components.actor_egress import COMPONENT_TYPE, ActorEgressPolicies
 from components.egress_provider import EgressPolicyShard, EgressShardProvider
 from core import egress
-from core.egress import GATEWAY_HOSTNAME, EgressConfigError, EgressPolicySettings, settings_problems
+from core.egress import GATEWAY_HOSTNAME, EgressConfigError, EgressPolicySettings, settings_problems, shards
 
 SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
 ACTORS = ["agents/actor-a", "agents/actor-b", "team-x/actor-c"]
@@ -245,6 +245,52 @@ def test_bad_settings_fail_before_any_resource_is_registered(overrides, fragment
 def test_shared_settings_are_reported_once_not_per_actor():
     problems = settings_problems(settings(expiration_seconds=10))
     assert len(problems) == 1
+
+
+class CountedRef(str):
+    """An actor ref that counts how often it is compared or hashed: a scan of a list compares it with every
+    element, a set lookup hashes it once."""
+
+    comparisons = 0
+    hashes = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedRef.comparisons += 1
+        return str.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        CountedRef.hashes += 1
+        return str.__hash__(self)
+
+
+def test_the_settings_check_visits_each_actor_once_and_runs_once_per_settings(monkeypatch):
+    """Duplicate detection is a set lookup, not a scan of the actors seen so far (which made 100,000 actors
+    take minutes): each actor's name is checked once, hashed at most twice and compared only with its duplicate;
+    a second ask of the same settings (the component, after core.validation) checks nothing again."""
+    checked: list[str] = []
+    original = shards.actor_ref_problems
+
+    def counting(ref):
+        checked.append(ref)
+        return original(ref)
+
+    monkeypatch.setattr(shards, "actor_ref_problems", counting)
+    actors = [CountedRef(f"agents/actor-{n:04d}") for n in range(3000)]
+    listed = [*actors, CountedRef(actors[7]), CountedRef(actors[2999]), "not-an-actor"]
+    egress_settings = settings(actors=listed)
+    CountedRef.comparisons = CountedRef.hashes = 0
+    problems = settings_problems(egress_settings)
+    assert [p.message for p in problems] == [
+        "actor 'agents/actor-0007' is listed twice; list each actor once",
+        "actor 'agents/actor-2999' is listed twice; list each actor once",
+        'actor \'not-an-actor\' must be written "<atespace>/<name>", e.g. "agents/actor-a"',
+    ]
+    assert checked == listed
+    assert CountedRef.hashes <= 2 * len(listed) and CountedRef.comparisons <= 2  # a list scan: 4.5 million
+    assert settings_problems(egress_settings) == problems and checked == listed
+    with pytest.raises(EgressConfigError):
+        ActorEgressPolicies("actor-egress", egress_settings)
+    assert checked == listed
 
 
 def test_settings_are_a_frozen_dataclass():

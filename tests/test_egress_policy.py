@@ -10,6 +10,7 @@ import pytest
 
 from core import egress
 from core.egress import EgressConfigError, EgressPolicySettings, PolicyInputs, ShardInputs
+from core.settings.base import check_actor_id
 from tests.support.wire import engine_value
 
 GW = "agent-router.envoy-gateway-system.svc.cluster.local"
@@ -205,6 +206,48 @@ def test_actor_refs_must_be_atespace_slash_name(ref):
 
 def test_parse_actor_ref():
     assert egress.parse_actor_ref("agents/actor-a") == ("agents", "actor-a")
+
+
+EDGE_REFS = [
+    "agents/actor-a",
+    "a/b",
+    "0/9",
+    "x" * 63 + "/" + "y" * 63,
+    "x" * 64 + "/y",
+    "a/" + "y" * 64,
+    "agents/-a",
+    "agents/a-",
+    "-agents/a",
+    "agents/a--b",
+    "Agents/a",
+    "agents/a_b",
+    "agents/a.b",
+    "agents/",
+    "/a",
+    "agents/a/b",
+    "agents",
+    "agents/actor-a\n",
+    " agents/a",
+    "agents/ä",
+]
+
+
+@pytest.mark.parametrize("ref", EDGE_REFS)
+def test_the_one_match_fast_path_accepts_only_what_every_actor_check_accepts(ref):
+    """`ACTOR_REF` decides in one match, in the settings field and the egress check alike, exactly what two DNS
+    labels of at most 63 characters are (a trailing newline, which `$` would let through, is refused)."""
+    fast = egress.ACTOR_REF.fullmatch(ref) is not None
+    labels = ref.split("/")
+    by_labels = len(labels) == 2 and all(
+        1 <= len(label) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", label) for label in labels
+    )
+    assert fast == by_labels
+    if fast:
+        assert egress.actor_ref_problems(ref) == [] and check_actor_id(ref) == ref
+    else:
+        assert egress.actor_ref_problems(ref) != []
+        with pytest.raises(ValueError, match="is not an actor id"):
+            check_actor_id(ref)
 
 
 def _policy_with(rule):

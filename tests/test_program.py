@@ -11,7 +11,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from core.budget_rules import compile_budget_rules
-from core.egress import shard_of, shard_resource_name
+from core.egress import shard_of, shard_resource_name, shards
 from core.validation import parse_settings
 from tests.support.program import ProgramRun, RecordingMocks, Registered, run_program, stack_config
 
@@ -470,3 +470,22 @@ def test_other_sections_stored_as_secrets_are_still_refused():
         pulumi.RunError, match="agent-budgets:budgets: is stored as a secret, but it is plain configuration"
     ):
         run_program(config, secrets={"budgets": json.dumps(budgets)})
+
+
+def test_one_program_run_checks_each_actor_for_its_egress_policy_once(monkeypatch):
+    """core.validation checks the egress settings and hands the same checked object to the component, which
+    does not check it again: one program run looks at each actor's name once (it was twice, quadratically)."""
+    checked: list[str] = []
+    original = shards.actor_ref_problems
+
+    def counting(ref: str) -> list:
+        checked.append(ref)
+        return original(ref)
+
+    monkeypatch.setattr(shards, "actor_ref_problems", counting)
+    config = stack_config("dev")
+    config["actors"] = [f"agents/actor-{n:04d}" for n in range(2000)]
+    run = run_program(config, stack="count")
+    assert checked == config["actors"]
+    shard_actors = [actor for shard in run.of_kind("EgressPolicyShard") for actor in shard.inputs["actors"]]
+    assert sorted(shard_actors) == config["actors"]

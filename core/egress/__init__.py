@@ -29,6 +29,7 @@ from core.egress.cluster import (
     unresolved_path,
 )
 from core.egress.constraints import (
+    ACTOR_REF,
     MAX_AUDIENCE_LENGTH,
     MAX_AUDIENCES,
     MAX_EXPIRATION_SECONDS,
@@ -109,6 +110,7 @@ from core.kubeconfig import is_contents as kubeconfig_is_contents
 
 __all__ = [
     "ABSENT",
+    "ACTOR_REF",
     "AUTH_HEADER",
     "AUTH_PREFIX",
     "DEFAULT_AUDIENCES",

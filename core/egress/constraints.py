@@ -20,6 +20,7 @@ from core.egress.document import (
 )
 from core.egress.problems import EgressConfigError, Problem
 from core.egress.providers import provider_host_problems
+from core.names import LABEL_PAIR
 
 # Substrate's documented limits (reference: apivalidation/egress_policy.go).
 MAX_RULES = 256
@@ -34,6 +35,9 @@ MAX_LABEL_LENGTH = 63
 
 # Go's `$` is the end of the text; Python's also matches before a final newline, hence \Z.
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+ACTOR_REF = LABEL_PAIR
+"""A well-formed ``<atespace>/<name>`` (``fullmatch`` it): one match answers for the common case; a ref it
+refuses gets the detailed checks and their messages."""
 _TOKEN_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _DNS_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
@@ -48,6 +52,9 @@ def parse_actor_ref(ref: str) -> tuple[str, str]:
 
 
 def actor_ref_problems(ref: Any) -> list[Problem]:
+    """What is wrong with an actor ref (empty: nothing); checked once per actor, so the common case is one match."""
+    if isinstance(ref, str) and ACTOR_REF.fullmatch(ref):
+        return []
     if not isinstance(ref, str) or ref.count("/") != 1:
         return [Problem("actors", f'actor {ref!r} must be written "<atespace>/<name>", e.g. "agents/actor-a"')]
     atespace, name = ref.split("/")

@@ -3,9 +3,10 @@ settings shared by every actor's policy."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from core.egress.cluster import cluster_identity
@@ -146,8 +147,13 @@ def shard_problems(shard: ShardInputs) -> list[Problem]:
     problems: list[Problem] = []
     for ref in shard.actors:
         problems += actor_ref_problems(ref)
+    return problems + shared_problems(shard)
+
+
+def shared_problems(shard: ShardInputs) -> list[Problem]:
+    """The checks of everything a shard's actors share (all but their names): the same for every actor."""
     sample = shard.policy_inputs(shard.actors[0] if shard.actors else "agents/x")
-    problems += [p for p in input_problems(sample) if p.field not in ("atespace", "actor")]
+    problems = [p for p in input_problems(sample) if p.field not in ("atespace", "actor")]
     if not _is_int(shard.concurrency) or not 1 <= shard.concurrency <= MAX_CONCURRENCY:
         problems.append(
             Problem(
@@ -182,15 +188,19 @@ def _setting(inputs: ShardInputs, key: str) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class EgressPolicySettings:
-    """Plain, already-validated configuration for every actor's egress policy."""
+    """Plain configuration for every actor's egress policy (lists are kept as tuples, so it never changes).
 
-    actors: list[str]
+    Checked once per object: :func:`settings_problems` keeps its answer on the object, so the program's
+    validation and the component that registers the shards share one check of the same settings.
+    """
+
+    actors: tuple[str, ...]
     gateway_hostname: str = GATEWAY_HOSTNAME
     gateway_port: int = DEFAULT_GATEWAY_PORT
-    audiences: list[str] = field(default_factory=lambda: list(DEFAULT_AUDIENCES))
+    audiences: tuple[str, ...] = DEFAULT_AUDIENCES
     expiration_seconds: int = DEFAULT_EXPIRATION_SECONDS
-    extra_hostnames: list[str] = field(default_factory=list)
-    provider_hosts: list[str] = field(default_factory=list)
+    extra_hostnames: tuple[str, ...] = ()
+    provider_hosts: tuple[str, ...] = ()
     kube_context: str
     kubeconfig: str | None = None
     kubectl: str = DEFAULT_KUBECTL
@@ -198,10 +208,13 @@ class EgressPolicySettings:
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
 
+    def __post_init__(self) -> None:
+        for key in _LIST_SETTINGS:
+            object.__setattr__(self, key, tuple(getattr(self, key)))
+
     def shard_inputs(self, index: int, actors: Sequence[str]) -> ShardInputs:
         """One shard's inputs: its actors, and every setting :class:`ShardInputs` has, copied by name."""
         settings = {key: getattr(self, key) for key in _SHARD_SETTINGS}
-        settings = {key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()}
         return ShardInputs(shard=index, actors=tuple(sorted(actors)), kubeconfig=self.kubeconfig or None, **settings)
 
     def shards(self) -> list[ShardInputs]:
@@ -211,26 +224,36 @@ class EgressPolicySettings:
             members.setdefault(shard_of(ref), []).append(ref)
         return [self.shard_inputs(index, refs) for index, refs in sorted(members.items())]
 
+    @functools.cached_property
+    def problems(self) -> tuple[Problem, ...]:
+        """Every problem in these settings, reported once each; found on first use, then kept.
+
+        Linear in the actors: each is checked once, and a set finds the ones listed twice.
+        """
+        problems: list[Problem] = []
+        valid: dict[str, None] = {}  # insertion-ordered set: the first valid actor is the sample below
+        for ref in self.actors:
+            ref_problems = actor_ref_problems(ref)
+            problems += ref_problems
+            if ref_problems:
+                continue
+            if ref in valid:
+                problems.append(Problem("actors", f"actor {ref!r} is listed twice; list each actor once"))
+                continue
+            valid[ref] = None
+        # Everything but the actor names is the same for every actor: check it once.
+        first = next(iter(valid), None)
+        if first is not None:
+            problems += shared_problems(self.shard_inputs(shard_of(first), [first]))
+        return tuple(problems)
+
 
 _SHARD_SETTINGS = tuple(f.name for f in fields(ShardInputs) if f.name not in ("shard", "actors", "kubeconfig"))
 """The settings every shard's :class:`ShardInputs` takes from :class:`EgressPolicySettings` (by field name)."""
+_LIST_SETTINGS = ("actors", "audiences", "extra_hostnames", "provider_hosts")
+"""The settings given as lists, kept as tuples."""
 
 
 def settings_problems(settings: EgressPolicySettings) -> list[Problem]:
-    """Every problem in ``settings``, reported once each (the shared part is checked once)."""
-    problems: list[Problem] = []
-    valid_refs: list[str] = []
-    for ref in settings.actors:
-        ref_problems = actor_ref_problems(ref)
-        problems += ref_problems
-        if ref_problems:
-            continue
-        if ref in valid_refs:
-            problems.append(Problem("actors", f"actor {ref!r} is listed twice; list each actor once"))
-            continue
-        valid_refs.append(ref)
-    # Everything but the actor names is the same for every actor: check it once.
-    if valid_refs:
-        sample = settings.shard_inputs(shard_of(valid_refs[0]), valid_refs[:1])
-        problems += [p for p in shard_problems(sample) if p.field not in ("atespace", "actor", "actors")]
-    return problems
+    """Every problem in ``settings`` (see :attr:`EgressPolicySettings.problems`: checked once per object)."""
+    return list(settings.problems)
