@@ -27,9 +27,10 @@ it applies to anyone: `applied_rules` raises `ValueError` for such a policy rath
 from __future__ import annotations
 
 import functools
+import itertools
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 try:  # Envoy and Envoy Gateway use RE2; prefer it when it is installed (it is in the dev requirements).
@@ -67,6 +68,8 @@ class AppliedRule:
     unit: str
     entries: tuple[tuple[str, str], ...]
     domain: str
+    key_base: str = field(default="", compare=False, repr=False)
+    """The counter key up to its window, as the model precomputes it (derived from `entries` when empty)."""
 
     def window(self, now: int) -> tuple[int, int]:
         """The fixed, epoch-aligned window holding unix time `now`: (start, end), end exclusive.
@@ -80,15 +83,32 @@ class AppliedRule:
 
     def counter_key(self, now: int) -> str:
         """The Redis key of this counter at unix time `now` (fixed, epoch-aligned windows)."""
-        parts = [self.domain]
-        for key, value in self.entries:
-            parts.extend([key, value])
-        parts.append(str(self.window(now)[0]))
-        return "_".join(parts)
+        return f"{self.key_base or key_base(self.domain, self.entries)}_{self.window(now)[0]}"
 
     def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:
         """What the counter is, independent of time: domain plus descriptor entries."""
         return self.domain, self.entries
+
+
+def key_base(domain: str, entries: Sequence[tuple[str, str]]) -> str:
+    """A counter's key without its window (cache_key.go): the domain, then each entry's key and value, by `_`."""
+    return "_".join((domain, *itertools.chain.from_iterable(entries)))
+
+
+def _key_segments(domain: str, template: Sequence[tuple[str, str]], variable: Collection[int]) -> tuple[str, ...]:
+    """`key_base` cut around the entry values at the `variable` positions of `template` (the Distinct values):
+    segment 0, value 0, segment 1, ... joined give the key, so a request's key costs one join."""
+    tokens: list[str | None] = [domain]
+    for position, (key, value) in enumerate(template):
+        tokens += [key, None if position in variable else value]
+    segments = [str(tokens[0])]
+    for token in tokens[1:]:
+        segments[-1] += "_"
+        if token is None:
+            segments.append("")
+        else:
+            segments[-1] += token
+    return tuple(segments)
 
 
 def shared_domain(policy_namespace: str, policy_name: str) -> str:
@@ -179,10 +199,11 @@ class _ModelRule:
     requests: int
     unit: str
     domain: str
-    first_entry: tuple[str, str]
-    # Per header match, in order: its descriptor key (rule-<k>-match-<m>) and, for Distinct, the header
-    # whose value becomes the entry's value (None: the entry's value is its key).
-    entries: tuple[tuple[str, str | None], ...]
+    # The descriptor entries in order: the rule's first entry, then per header match its descriptor key
+    # (rule-<k>-match-<m>) with the key as value; a Distinct match's value is the request's header instead.
+    template: tuple[tuple[str, str], ...]
+    distinct_at: tuple[tuple[int, str], ...]  # (position in template, header) of every Distinct match
+    key_segments: tuple[str, ...]  # the key without its window, cut around the Distinct values
     distinct_headers: frozenset[str]  # must all be present, or the rule sends no descriptor
     gate_set: int  # index into PolicyModel.gate_sets: the value matches that must all pass
 
@@ -236,19 +257,18 @@ class PolicyModel:
                 unshared_seen += 1
                 first_entry = (route_name, route_name)
                 domain = listener_name
-            entries: list[tuple[str, str | None]] = []
-            distinct: set[str] = set()
+            template: list[tuple[str, str]] = [first_entry]
+            distinct_at: list[tuple[int, str]] = []
             gates: dict[_Gate, None] = {}
             for position, match in enumerate(header_matches(rule)):
                 header = str(match["name"]).lower()
                 kind = str(match.get("type") or "Exact")
                 key = descriptor_key(domain_index, position)
                 if kind == "Distinct":
-                    entries.append((key, header))
-                    distinct.add(header)
+                    distinct_at.append((len(template), header))
                 else:
-                    entries.append((key, None))
                     gates[(header, kind, str(match.get("value", "")), bool(match.get("invert", False)))] = None
+                template.append((key, key))
             limit = rule.get("limit") or {}
             gate_set = gate_set_ids.setdefault(tuple(gates), len(gate_set_ids))
             compiled.append(
@@ -257,9 +277,10 @@ class PolicyModel:
                     requests=int(limit.get("requests", 0)),
                     unit=str(limit.get("unit", "Second")),
                     domain=domain,
-                    first_entry=first_entry,
-                    entries=tuple(entries),
-                    distinct_headers=frozenset(distinct),
+                    template=tuple(template),
+                    distinct_at=tuple(distinct_at),
+                    key_segments=_key_segments(domain, template, {position for position, _ in distinct_at}),
+                    distinct_headers=frozenset(header for _, header in distinct_at),
                     gate_set=gate_set,
                 )
             )
@@ -321,8 +342,14 @@ class PolicyModel:
     @staticmethod
     def _charge(rule: _ModelRule, headers: Mapping[str, str]) -> AppliedRule:
         """The counter a rule charges: its first entry, then one entry per header match (Distinct: the value)."""
-        entries = (rule.first_entry, *((key, key if h is None else headers[h]) for key, h in rule.entries))
-        return AppliedRule(rule.index, rule.requests, rule.unit, entries, rule.domain)
+        entries = list(rule.template)
+        values = []
+        for position, header in rule.distinct_at:
+            value = headers[header]
+            entries[position] = (entries[position][0], value)
+            values.append(value)
+        base = "".join(itertools.chain.from_iterable(zip(rule.key_segments, [*values, ""], strict=True)))
+        return AppliedRule(rule.index, rule.requests, rule.unit, tuple(entries), rule.domain, base)
 
     def for_actor(self, subject: str) -> list[AppliedRule]:
         """The rules that charge a request whose verified `x-actor-id` is `subject`."""

@@ -27,7 +27,15 @@ from core.budget_rules import (
     re2_escape,
 )
 from core.identity import actor_header_value
-from core.ratelimit_model import UNIT_SECONDS, AppliedRule, envoy_listener_name, envoy_route_name, rules_for_actor
+from core.ratelimit_model import (
+    UNIT_SECONDS,
+    AppliedRule,
+    PolicyModel,
+    envoy_listener_name,
+    envoy_route_name,
+    key_base,
+    rules_for_actor,
+)
 from core.settings import BudgetsConfig, ConfigError
 
 NS, NAME = "agent-budgets", "agent-budgets"
@@ -326,6 +334,35 @@ def test_a_non_shared_rule_is_keyed_by_the_envoy_route_and_listener_names():
         (1, listener, ((route, route), ("rule-0-match-0", "actor/agents/a"))),
     ]
     assert applied[1].counter_key(86_400 * 3 + 5) == f"{listener}_{route}_{route}_rule-0-match-0_actor/agents/a_259200"
+
+
+def test_the_precomputed_key_is_the_key_of_the_entries_for_any_number_of_distinct_matches():
+    """The model cuts each rule's key around its Distinct values once, so a request's key costs one join; it
+    must equal the key written out from the entries, with none, one or two Distinct matches, shared or not."""
+    distinct = {"name": "x-actor-id", "type": "Distinct"}
+    tenant = {"name": "x-tenant", "type": "Distinct"}
+    gate = {"name": "x-actor-id", "type": "RegularExpression", "value": "^$.", "invert": True}
+    rules = [
+        {**_unshared([gate]), "shared": True},
+        {**_unshared([distinct]), "shared": True},
+        {**_unshared([gate, distinct, gate, tenant, gate]), "shared": True},
+        _unshared([tenant, distinct]),
+    ]
+    model = PolicyModel(NS, NAME, rules, route_name="route/a", listener_name="listener/b")
+    applied = model.applied({"x-actor-id": "actor/agents/a", "X-Tenant": "t_1"})
+    assert [rule.index for rule in applied] == [0, 1, 2, 3]
+    for rule in applied:
+        assert rule.key_base == key_base(rule.domain, rule.entries)
+        written = AppliedRule(rule.index, rule.requests, rule.unit, rule.entries, rule.domain)
+        assert rule.counter_key(1_796_064_480) == written.counter_key(1_796_064_480)
+    charged = model.charge(2, {"X-Actor-Id": "actor/agents/a", "x-tenant": "t_1"})
+    assert (charged.entries, charged.counter_key(120)) == (applied[2].entries, applied[2].counter_key(120))
+    with pytest.raises(ValueError, match="rule 2 counts per x-tenant, which the request does not carry"):
+        model.charge(2, {"x-actor-id": "actor/agents/a"})
+    assert applied[2].counter_key(120) == (
+        f"{NS}/{NAME}_{NS}/{NAME}/rule/2_{NS}/{NAME}/rule/2_rule-2-match-0_rule-2-match-0_rule-2-match-1_"
+        "actor/agents/a_rule-2-match-2_rule-2-match-2_rule-2-match-3_t_1_rule-2-match-4_rule-2-match-4_120"
+    )
 
 
 def test_the_model_refuses_to_guess_a_non_shared_rules_route_and_listener():

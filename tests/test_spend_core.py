@@ -111,6 +111,70 @@ def test_an_actor_whose_budget_has_no_limit_is_listed_as_unmetered():
     assert text.endswith("not metered by any rule (calls are not counted): agents/b\n")
 
 
+ORACLE_ATESPACES = ("agents", "lab", "team-x")
+
+
+def oracle_stack() -> tuple[list[str], BudgetRules, set[str]]:
+    """1,200 actors in three atespaces: 14 classes (one retired, emptied), budgets of one to three limits in
+    tokens and usd over several windows, limitSlots 3 (so reserved slots), class members spread over several
+    exclusion slots, and suspended actors both in classes and in the default budget."""
+    actors = [f"{ORACLE_ATESPACES[n % 3]}/actor-{n:04d}" for n in range(1200)]
+    windows = ("Minute", "Hour", "Day", "Week", "Month")
+    classes = []
+    for c in range(14):
+        limits = [{"tokens": 1000 * (c + 1), "per": windows[c % 5]}]
+        if c % 2:
+            limits.append({"usd": 5 + c, "per": windows[(c + 2) % 5]})
+        if c % 3 == 0:
+            limits.append({"tokens": 50_000 + c, "per": "Year"})
+        members = [] if c == 6 else actors[c * 37 : c * 37 + 30]
+        classes.append({"name": f"class-{c:02d}", "limits": limits, "actors": members})
+    budgets = BudgetsConfig.model_validate(
+        {"default": {"limits": [{"tokens": 500, "per": "Day"}, {"usd": 2, "per": "Hour"}]}, "classes": classes}
+    )
+    rules = compile_budget_rules(budgets, exclusion_slots=12, limit_slots=3)
+    suspended = {actor for n, actor in enumerate(actors) if n % 97 == 0}
+    return actors, rules, suspended
+
+
+def test_the_plan_gives_every_actor_the_keys_the_model_finds_by_matching_every_rule():
+    """The oracle: the rate-limit model evaluates every match of every rule for each actor, as Envoy would
+    (`PolicyModel.for_actor`); the plan takes each actor's rules from the budget layout instead. Both must give
+    every actor the same counters, in the same order, with the same keys."""
+    actors, rules, suspended = oracle_stack()
+    assert rules.slots_used > 2 and any(rule.reserved for rule in rules.rules)
+    assert len({rule.budget_index for rule in rules.limit_rules}) == 15  # the default and 14 classes
+    plan = spend.plan_counters(actors, rules, "agent-budgets", "agent-budgets", NOW, suspended=suspended)
+    model = PolicyModel("agent-budgets", "agent-budgets", rules.specs())
+    planned: dict[str, list[tuple]] = {}
+    for c in plan.counters:
+        planned.setdefault(c.actor, []).append((c.rule, c.key, c.requests, c.per, c.window_start, c.resets_at))
+        assert c.suspended == (c.actor in suspended)
+    for actor in actors:
+        found = [rule for rule in model.for_actor(actor_header_value(actor)) if not rules.rules[rule.index].reserved]
+        expected = [(a.index, a.counter_key(NOW), a.requests, a.unit, *a.window(NOW)) for a in found]
+        assert planned[actor] == expected, actor
+    assert plan.unmetered == () and "class-06" not in {c.budget for c in plan.counters}  # the retired class
+    units = {(c.budget == "default", c.unit) for c in plan.counters}
+    assert units == {(True, "tokens"), (True, "usd"), (False, "tokens"), (False, "usd")}
+
+
+def test_the_integer_sort_orders_rows_exactly_as_their_fractions_do():
+    """Shares too close for a float to tell apart (limits near 2**32) still sort exactly: the same order as
+    sorting by the Fraction itself, then actor, then rule."""
+    pairs = [(2**32 - 1 - k, 2**32 - 2 - k) for k in (0, 4, 8)] + [(2**32 - 7, 2**32 + 9), (2**32 - 3, 2**32 + 11)]
+    pairs += [(limit, (limit * n) // 7) for n in range(9) for limit in (3, 500, 5000, 4_000_000_007)]
+    rows = [
+        spend.SpendRow(counter(actor=f"agents/a-{n % 5}", rule=n % 3, requests=requests), value)
+        for n, (requests, value) in enumerate(pairs * 3)
+    ]
+    close = {row.used for row in rows if row.counter.requests > 2**31}
+    assert len({float(share) for share in close}) < len(close)  # a float key would tie these
+    for given in (rows, rows[::-1]):
+        expected = sorted(given, key=lambda row: (-row.used, row.counter.actor, row.counter.rule))
+        assert spend.most_used_first(given) == expected
+
+
 def test_rows_sort_by_share_then_actor_and_thresholds_are_exact():
     rules = compiled([{"name": "three", "tokens": 3, "per": "Day", "actors": ["agents/c"]}])
     plan = spend.plan_counters(["agents/b", "agents/a", "agents/c"], rules, "ns", "p", NOW)

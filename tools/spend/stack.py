@@ -32,6 +32,9 @@ PROJECT_FILE = "Pulumi.yaml"
 # What Pulumi accepts as a stack name (pulumi/pulumi pkg/backend/filestate/backend.go `validateStackName`,
 # `stackNameAndProjectRegexp`); anything else never names a stack file, however long or odd it is.
 STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}\Z")
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML has it (its wheels do): the same documents as the pure-Python
+`SafeLoader`, read about ten times faster (a second for a stack file of 10,000 actors otherwise)."""
 # Keys of a project-level config entry written as a schema rather than a plain value.
 _SCHEMA_KEYS = frozenset({"type", "description", "default", "value", "secret", "items"})
 
@@ -108,7 +111,7 @@ def duplicate_key(document: yaml.Node) -> str | None:
 
 def _read_yaml(text: str) -> Any:
     """The one document in `text`, refused as Pulumi refuses it when a map holds a key twice."""
-    loader = yaml.SafeLoader(text)
+    loader = SAFE_LOADER(text)
     try:
         document = loader.get_single_node()
         if document is None:
@@ -130,16 +133,23 @@ def _load_yaml(path: Path) -> Any:
             "an editor may have saved it as Latin-1 or UTF-16): save it as UTF-8"
         ) from None
     except yaml.YAMLError as error:
+        # libyaml stops at 1,000 levels itself (the pure-Python reader runs out of stack first, below).
+        if "exceeded maximum nesting depth" in str(error):
+            raise StackError(_too_deep(path)) from None
         raise StackError(f"{path} is not valid YAML: {error}") from None
     except StackError as error:
         raise StackError(f"{path} {error}") from None
     except OSError as error:
         raise StackError(f"{path} cannot be read: {error.strerror}") from None
     except RecursionError:
-        raise StackError(
-            f"{path} nests lists or maps deeper than a YAML reader goes (hundreds of levels): it is no stack file "
-            "a person wrote; restore it from version control"
-        ) from None
+        raise StackError(_too_deep(path)) from None
+
+
+def _too_deep(path: Path) -> str:
+    return (
+        f"{path} nests lists or maps deeper than a YAML reader goes (hundreds of levels): it is no stack file "
+        "a person wrote; restore it from version control"
+    )
 
 
 def _is_secure(value: Any) -> bool:
@@ -148,6 +158,8 @@ def _is_secure(value: Any) -> bool:
 
 def _without_secrets(value: Any) -> tuple[Any, bool]:
     """The value with every `{secure: ...}` replaced by the placeholder, and whether there was one."""
+    if isinstance(value, str):
+        return value, False  # most values are (every actor is one): no Mapping check for them
     if _is_secure(value):
         return SECRET_PLACEHOLDER, True
     if isinstance(value, Mapping):
