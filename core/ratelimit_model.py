@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import string
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +191,79 @@ def envoy_listener_name(gateway_namespace: str, gateway: str, listener: str) -> 
     return f"{gateway_namespace}/{gateway}/{listener}"
 
 
+_LITERAL_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_-/ :@=,")
+r"""Characters RE2 reads as themselves outside a character class (with `\` before any other ASCII punctuation)."""
+LITERAL_SET_LIMIT = 1 << 20
+"""The most strings a pattern may list to be answered by lookup; a larger one is matched by RE2."""
+DECIDED_LIMIT = 1 << 16
+"""The most combinations of passed matches a model remembers the applying rules of."""
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_alternatives(pattern: str) -> frozenset[str] | None:
+    r"""Every string `pattern` fully matches, when it only lists literal strings; None when it does anything else.
+
+    Such a pattern is what core/budget_rules.py writes to admit or exclude actors
+    (`^actor/(?:agents/(?:a|b)|lab/(?:c))$`): literal characters (letters, digits, `_-/ :@=,`, or `\` before an
+    ASCII punctuation character, which RE2 reads as that character), non-capturing groups `(?:...)`,
+    alternation `|`, and `^` / `$` only at the very start / end, where a full match makes them no-ops. A class,
+    dot, repeat, other escape, capture, flag or inner anchor makes it None, and the pattern is matched by RE2 as
+    before. tests/test_budget_rules.py holds the two to the same answers.
+    """
+    tokens: list[str | None] = []  # a literal character, or None for "(?:"; "|" and ")" as themselves
+    position = 0
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "\\":
+            escaped = pattern[position + 1 : position + 2]
+            if not escaped or not escaped.isascii() or escaped.isalnum():
+                return None
+            tokens.append("\\" + escaped)
+            position += 2
+            continue
+        if pattern.startswith("(?:", position):
+            tokens.append(None)
+            position += 3
+            continue
+        if char in "|)" or char in _LITERAL_CHARACTERS:
+            tokens.append(char)
+        elif not ((char == "^" and position == 0) or (char == "$" and position == len(pattern) - 1)):
+            return None
+        position += 1
+
+    def alternation(index: int) -> tuple[set[str], int]:
+        options, index = sequence(index)
+        while index < len(tokens) and tokens[index] == "|":
+            more, index = sequence(index + 1)
+            options |= more
+        return options, index
+
+    def sequence(index: int) -> tuple[set[str], int]:
+        strings = {""}
+        while index < len(tokens) and tokens[index] not in ("|", ")"):
+            token = tokens[index]
+            if token is None:
+                inner, index = alternation(index + 1)
+                if index >= len(tokens) or tokens[index] != ")":
+                    raise ValueError("unclosed group")
+                index += 1
+            else:
+                inner, index = {token[-1]}, index + 1
+            strings = {head + tail for head in strings for tail in inner}
+            if len(strings) > LITERAL_SET_LIMIT:
+                raise ValueError("too many strings")
+        return strings, index
+
+    try:
+        strings, end = alternation(0)
+    except ValueError:
+        return None
+    return frozenset(strings) if end == len(tokens) else None
+
+
 _Gate = tuple[str, str, str, bool]  # (lower-cased header, Exact or RegularExpression, value, invert)
+_Match = tuple[str, str, str]  # a gate without its invert: (lower-cased header, kind, value)
+_Lookup = tuple[dict[str, dict[str, list[int]]], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -205,7 +278,7 @@ class _ModelRule:
     distinct_at: tuple[tuple[int, str], ...]  # (position in template, header) of every Distinct match
     key_segments: tuple[str, ...]  # the key without its window, cut around the Distinct values
     distinct_headers: frozenset[str]  # must all be present, or the rule sends no descriptor
-    gate_set: int  # index into PolicyModel.gate_sets: the value matches that must all pass
+    gate_set: int  # index into PolicyModel._gate_sets: the value matches that must all pass
 
 
 class PolicyModel:
@@ -215,6 +288,12 @@ class PolicyModel:
     domain, so the caller names both (`envoy_route_name`, `envoy_listener_name`); without them the model
     raises ValueError rather than invent a key. Also raises ValueError when Envoy Gateway would reject
     the policy at translation (see `translation_errors`).
+
+    Fast for many requests: a value match whose pattern only lists literal strings (`literal_alternatives`,
+    which every pattern core/budget_rules.py writes does) is answered by one lookup of the header's value, and
+    the rules that apply are decided once per combination of matches a request passes, so asking for 100,000
+    actors costs about as much as listing them. `literal_patterns=False` matches every pattern with RE2 instead:
+    the reference the tests hold the lookup to.
     """
 
     def __init__(
@@ -225,6 +304,7 @@ class PolicyModel:
         *,
         route_name: str | None = None,
         listener_name: str | None = None,
+        literal_patterns: bool = True,
     ) -> None:
         errors = translation_errors(rules)
         if errors:
@@ -286,7 +366,35 @@ class PolicyModel:
             )
         self.rules: tuple[_ModelRule, ...] = tuple(compiled)
         # Rules often share their value matches (every limit of one budget does): decide each set once.
-        self.gate_sets: tuple[tuple[_Gate, ...], ...] = tuple(gate_set_ids)
+        match_ids: dict[_Match, int] = {}
+        self._gate_sets: tuple[tuple[tuple[int, bool], ...], ...] = tuple(
+            tuple((match_ids.setdefault(gate[:3], len(match_ids)), gate[3]) for gate in gates) for gates in gate_set_ids
+        )
+        self._matches: tuple[_Match, ...] = tuple(match_ids)
+        self._literal_patterns = literal_patterns
+        self._lookup: _Lookup | None = None  # built by the first `applied`: `charge` needs none of it
+        self._headers = frozenset(header for header, _, _ in self._matches) | frozenset(
+            header for rule in compiled for header in rule.distinct_headers
+        )
+        self._decided: dict[tuple[frozenset[str], frozenset[int]], tuple[int, ...]] = {}
+
+    def _matches_by_lookup(self) -> _Lookup:
+        """header → value → the matches that list it, and the matches evaluated for each request instead."""
+        if self._lookup is None:
+            listing: dict[str, dict[str, list[int]]] = {}
+            evaluated: list[int] = []
+            for match, (header, kind, value) in enumerate(self._matches):
+                listed: Collection[str] | None = None
+                if self._literal_patterns:
+                    listed = (value,) if kind == "Exact" else literal_alternatives(value)
+                if listed is None:
+                    evaluated.append(match)
+                    continue
+                by_value = listing.setdefault(header, {})
+                for literal in listed:
+                    by_value.setdefault(literal, []).append(match)
+            self._lookup = (listing, tuple(evaluated))
+        return self._lookup
 
     def applied(self, request_headers: Mapping[str, str]) -> list[AppliedRule]:
         """Every rule whose descriptor Envoy would send for a request with these headers.
@@ -296,33 +404,43 @@ class PolicyModel:
         `invert` when it does not (a missing header never matches).
         """
         headers = {name.lower(): value for name, value in request_headers.items()}
-        verdicts: dict[tuple[str, str, str], bool] = {}
-        decided: list[bool | None] = [None] * len(self.gate_sets)
-
-        def passes(gate: _Gate) -> bool:
-            header, kind, pattern, invert = gate
+        listing, evaluated = self._matches_by_lookup()
+        matched: set[int] = set()
+        for header, value in headers.items():
+            matched.update(listing.get(header, {}).get(value, ()))
+        for match in evaluated:
+            header, kind, pattern = self._matches[match]
             value = headers.get(header)
-            if value is None:
-                return invert
-            memo = (header, kind, pattern)
-            matched = verdicts.get(memo)
-            if matched is None:
-                matched = value == pattern if kind == "Exact" else regex_full_match(pattern, value)
-                verdicts[memo] = matched
-            return matched != invert
+            if value is not None and (value == pattern if kind == "Exact" else regex_full_match(pattern, value)):
+                matched.add(match)
+        signature = (frozenset(self._headers & headers.keys()), frozenset(matched))
+        applying = self._decided.get(signature)
+        if applying is None:
+            applying = self._decide(*signature)
+            if len(self._decided) < DECIDED_LIMIT:
+                self._decided[signature] = applying
+        return [self._charge(self.rules[index], headers) for index in applying]
 
-        applied: list[AppliedRule] = []
+    def _decide(self, present: frozenset[str], matched: frozenset[int]) -> tuple[int, ...]:
+        """The rules that apply to a request carrying the `present` headers whose values pass the `matched` value
+        matches (a missing header passes no match, so only an inverted one)."""
+        decided: dict[int, bool] = {}
+
+        def passes(match: int, invert: bool) -> bool:
+            if self._matches[match][0] not in present:
+                return invert
+            return (match in matched) != invert
+
+        applying: list[int] = []
         for rule in self.rules:
-            if not rule.distinct_headers <= headers.keys():
+            if not rule.distinct_headers <= present:
                 continue
-            ok = decided[rule.gate_set]
+            ok = decided.get(rule.gate_set)
             if ok is None:
-                ok = all(passes(gate) for gate in self.gate_sets[rule.gate_set])
-                decided[rule.gate_set] = ok
-            if not ok:
-                continue
-            applied.append(self._charge(rule, headers))
-        return applied
+                ok = decided[rule.gate_set] = all(passes(*gate) for gate in self._gate_sets[rule.gate_set])
+            if ok:
+                applying.append(rule.index)
+        return tuple(applying)
 
     def charge(self, index: int, request_headers: Mapping[str, str]) -> AppliedRule:
         """Rule `index` as it charges a request with these headers, for a caller that already knows the rule
@@ -366,8 +484,16 @@ def applied_rules(
     listener_name: str | None = None,
 ) -> list[AppliedRule]:
     """Every rule whose descriptor Envoy would send for a request with these headers (see `PolicyModel`;
-    for many requests against one policy, build a `PolicyModel` once instead)."""
-    model = PolicyModel(policy_namespace, policy_name, rules, route_name=route_name, listener_name=listener_name)
+    for many requests against one policy, build a `PolicyModel` once instead). For one request, matching its
+    values against the patterns is cheaper than listing what every pattern admits."""
+    model = PolicyModel(
+        policy_namespace,
+        policy_name,
+        rules,
+        route_name=route_name,
+        listener_name=listener_name,
+        literal_patterns=False,
+    )
     return model.applied(request_headers)
 
 

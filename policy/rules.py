@@ -1206,7 +1206,11 @@ def check_budget_coverage(resources: Sequence[Resource], config: Mapping[str, An
         actor_rules = [without_model_matches(rule) for rule in policy.rules]
         model = PolicyModel(namespace, name, actor_rules, route_name=COVERAGE_ROUTE, listener_name=COVERAGE_LISTENER)
         slots, classes = limit_slots(policy.resource), class_slots(policy.resource)
-        admission_of_rule = [admitted_actors(rule) for rule in actor_rules]
+        # Each distinct admission as a small number, so comparing two per actor costs nothing.
+        admission_ids: dict[tuple[tuple[str, str, str, bool], ...], int] = {}
+        admission_of_rule = [
+            admission_ids.setdefault(admitted_actors(rule), len(admission_ids)) for rule in actor_rules
+        ]
         probe_reported = False
         for subject in [*subjects, *PROBE_SUBJECTS]:
             if probe_reported and subject in PROBE_SUBJECTS:

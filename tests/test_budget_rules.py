@@ -26,7 +26,7 @@ from core.budget_rules import (
     pack_actors,
     re2_escape,
 )
-from core.identity import actor_header_value
+from core.identity import actor_header_value, actor_source
 from core.ratelimit_model import (
     UNIT_SECONDS,
     AppliedRule,
@@ -34,9 +34,11 @@ from core.ratelimit_model import (
     envoy_listener_name,
     envoy_route_name,
     key_base,
+    literal_alternatives,
     rules_for_actor,
 )
 from core.settings import BudgetsConfig, ConfigError
+from tests.support.budgets import rich_layout
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -369,3 +371,109 @@ def test_the_model_refuses_to_guess_a_non_shared_rules_route_and_listener():
     with pytest.raises(ValueError, match=r"rule\(s\) 0 of BackendTrafficPolicy .* are not shared") as raised:
         rules_for_actor(NS, NAME, [_unshared([{"name": "x-actor-id", "type": "Distinct"}])], "actor/agents/a")
     assert "route_name=, listener_name=" in str(raised.value)
+
+
+# --- patterns that list literal strings: answered by lookup, held to RE2 -----------------------------------
+
+LISTING_PATTERNS = [
+    actors_regex(["agents/actor-a", "agents/actor-b", "lab/bot-7", "team-x/x"]),
+    actors_regex(["agents/actor-a", "serviceaccount:agents/research.bot", "apikey:ci-bot", "apikey:other"]),
+    actors_regex([f"agents/agent-{n:05d}" for n in range(0, 5000, 7)]),
+    MATCHES_NOTHING.replace(".", ""),  # "^$": the empty string only
+    "",
+    "^$",
+    "abc",
+    "(?:)",
+    "^(?:a|)$",
+    "(?:a|b)(?:c|d|)x",
+    r"a\.b\*c\(\)\|\\\[\]\{\}\?\+\^\$",
+    r"\ \_\-\/\:\@\=\,\#\%\&\~\`\!\"\'\<\>\;",
+    "(?:x|(?:y|(?:z|w)))/(?:1|2)",
+    "a|b|c",
+    "^a|b$",
+]
+NOT_LISTING = [
+    MATCHES_NOTHING,
+    ".*",
+    "a+",
+    "a?",
+    "a*",
+    "[ab]",
+    "a{2}",
+    "(a)",
+    "(?i)a",
+    "(?P<n>a)",
+    r"\d",
+    r"\b",
+    r"\Qa\E",
+    r"\1",
+    "a$b",
+    "b^a",
+    "(?:a",
+    "a)",
+    "ä",
+    ".",
+    "a\\",
+]
+
+
+def _probes(listed: frozenset[str]) -> set[str]:
+    """Strings near the listed ones: each listed string, and each one cut, extended and changed by a character."""
+    probes = {"", "x", "actor/", "actor/agents/"} | set(listed)
+    for text in sorted(listed)[:300]:
+        probes |= {text[:-1], text + "x", "x" + text, text[1:], text.upper(), text.replace("-", "_"), text + "\n"}
+    return probes
+
+
+@pytest.mark.parametrize("pattern", LISTING_PATTERNS)
+def test_a_pattern_of_literals_lists_exactly_the_strings_re2_matches(pattern):
+    listed = literal_alternatives(pattern)
+    assert listed is not None
+    compiled = re2.compile(pattern)
+    for probe in _probes(listed):
+        assert (compiled.fullmatch(probe) is not None) == (probe in listed), (pattern, probe)
+
+
+def test_what_the_budget_patterns_list_is_exactly_their_actors():
+    members = ["agents/actor-a", "agents/actor-b", "lab/bot-7", "team-x/x"]
+    members += ["serviceaccount:agents/research.bot", "serviceaccount:ml/trainer", "apikey:ci-bot"]
+    assert len(set(map(actor_source, members))) == 3  # every identity source, one pattern
+    assert literal_alternatives(actors_regex(members)) == {actor_header_value(actor) for actor in members}
+    assert literal_alternatives("(?:a|b)(?:c|d|)x") == {"acx", "adx", "ax", "bcx", "bdx", "bx"}
+    assert literal_alternatives(r"a\.b") == {"a.b"}
+
+
+@pytest.mark.parametrize("pattern", NOT_LISTING)
+def test_any_other_pattern_is_left_to_re2(pattern):
+    assert literal_alternatives(pattern) is None
+
+
+def test_every_escaped_ascii_character_the_lookup_takes_is_that_character_in_re2():
+    for code in range(128):
+        pattern = "\\" + chr(code)
+        listed = literal_alternatives(pattern)
+        if chr(code).isalnum():
+            assert listed is None, pattern
+            continue
+        assert listed == {chr(code)}, pattern
+        assert re2.compile(pattern).fullmatch(chr(code)) is not None, pattern
+
+
+def test_the_lookup_and_re2_find_the_same_rules_for_every_actor_and_every_near_miss():
+    """The model answers a pattern of literals by lookup (`literal_patterns=True`, the default) and decides the
+    applying rules once per combination of matches; with RE2 on every pattern it must find exactly the same
+    rules and keys for every actor of a layout with classes, several limits, exclusion slots and reserved
+    slots, and for strings near them that no rule lists."""
+    actors, rules, _ = rich_layout()
+    specs = rules.specs()
+    lookup = PolicyModel(NS, NAME, specs)
+    matching = PolicyModel(NS, NAME, specs, literal_patterns=False)
+    subjects = [actor_header_value(actor) for actor in actors]
+    subjects += [s + "x" for s in subjects[::50]] + [s[:-1] for s in subjects[::50]]
+    subjects += ["actor/", "", "agents/actor-0001", subjects[0].upper()]
+    for subject in subjects:
+        found = lookup.for_actor(subject)
+        expected = matching.for_actor(subject)
+        assert [(a.index, a.counter_key(120)) for a in found] == [(a.index, a.counter_key(120)) for a in expected]
+    assert {len(lookup.for_actor(s)) for s in subjects} == {1, 2, 3}  # everyone else falls in the default
+    assert lookup.applied({}) == matching.applied({}) == []  # no x-actor-id: no descriptor, no rule

@@ -14,6 +14,7 @@ from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, compile_budg
 from core.identity import actor_header_value
 from core.ratelimit_model import PolicyModel, rules_for_actor
 from core.settings import BudgetsConfig
+from tests.support.budgets import rich_layout
 
 NOW = 1796064480  # 2026-11-30T18:48:00Z
 DAY_END = 1796083200
@@ -111,41 +112,15 @@ def test_an_actor_whose_budget_has_no_limit_is_listed_as_unmetered():
     assert text.endswith("not metered by any rule (calls are not counted): agents/b\n")
 
 
-ORACLE_ATESPACES = ("agents", "lab", "team-x")
-
-
-def oracle_stack() -> tuple[list[str], BudgetRules, set[str]]:
-    """1,200 actors in three atespaces: 14 classes (one retired, emptied), budgets of one to three limits in
-    tokens and usd over several windows, limitSlots 3 (so reserved slots), class members spread over several
-    exclusion slots, and suspended actors both in classes and in the default budget."""
-    actors = [f"{ORACLE_ATESPACES[n % 3]}/actor-{n:04d}" for n in range(1200)]
-    windows = ("Minute", "Hour", "Day", "Week", "Month")
-    classes = []
-    for c in range(14):
-        limits = [{"tokens": 1000 * (c + 1), "per": windows[c % 5]}]
-        if c % 2:
-            limits.append({"usd": 5 + c, "per": windows[(c + 2) % 5]})
-        if c % 3 == 0:
-            limits.append({"tokens": 50_000 + c, "per": "Year"})
-        members = [] if c == 6 else actors[c * 37 : c * 37 + 30]
-        classes.append({"name": f"class-{c:02d}", "limits": limits, "actors": members})
-    budgets = BudgetsConfig.model_validate(
-        {"default": {"limits": [{"tokens": 500, "per": "Day"}, {"usd": 2, "per": "Hour"}]}, "classes": classes}
-    )
-    rules = compile_budget_rules(budgets, exclusion_slots=12, limit_slots=3)
-    suspended = {actor for n, actor in enumerate(actors) if n % 97 == 0}
-    return actors, rules, suspended
-
-
 def test_the_plan_gives_every_actor_the_keys_the_model_finds_by_matching_every_rule():
-    """The oracle: the rate-limit model evaluates every match of every rule for each actor, as Envoy would
-    (`PolicyModel.for_actor`); the plan takes each actor's rules from the budget layout instead. Both must give
-    every actor the same counters, in the same order, with the same keys."""
-    actors, rules, suspended = oracle_stack()
+    """The oracle: the rate-limit model matches every pattern of every rule with RE2 for each actor, as Envoy
+    would (`PolicyModel.for_actor`, `literal_patterns=False`); the plan takes each actor's rules from the budget
+    layout instead. Both must give every actor the same counters, in the same order, with the same keys."""
+    actors, rules, suspended = rich_layout()
     assert rules.slots_used > 2 and any(rule.reserved for rule in rules.rules)
     assert len({rule.budget_index for rule in rules.limit_rules}) == 15  # the default and 14 classes
     plan = spend.plan_counters(actors, rules, "agent-budgets", "agent-budgets", NOW, suspended=suspended)
-    model = PolicyModel("agent-budgets", "agent-budgets", rules.specs())
+    model = PolicyModel("agent-budgets", "agent-budgets", rules.specs(), literal_patterns=False)
     planned: dict[str, list[tuple]] = {}
     for c in plan.counters:
         planned.setdefault(c.actor, []).append((c.rule, c.key, c.requests, c.per, c.window_start, c.resets_at))
