@@ -33,3 +33,25 @@ def rich_layout() -> tuple[list[str], BudgetRules, set[str]]:
     rules = compile_budget_rules(budgets, exclusion_slots=12, limit_slots=3)
     suspended = {actor for n, actor in enumerate(actors) if n % 97 == 0}
     return actors, rules, suspended
+
+
+def classes_layout(
+    actors: list[str], classes: int, member_share: float, default_tokens: int, class_tokens: int
+) -> dict[str, object]:
+    """`agent-budgets:budgets` with the first `member_share` of `actors` spread evenly over `classes` classes
+    (`class-000`, ... with `class_tokens + c` tokens a Day), everyone else on `default_tokens` a Day: the layout
+    the benchmarks size their stacks with."""
+    members = actors[: int(len(actors) * member_share)]
+    per_class = max(1, len(members) // classes)
+    return {
+        "default": {"tokens": default_tokens, "per": "Day"},
+        "classes": [
+            {
+                "name": f"class-{c:03d}",
+                "tokens": class_tokens + c,
+                "per": "Day",
+                "actors": members[c * per_class : (c + 1) * per_class],
+            }
+            for c in range(classes)
+        ],
+    }
