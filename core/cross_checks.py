@@ -452,13 +452,14 @@ def _billed_models(view: ConfigView) -> dict[str, str]:
     billed: dict[str, str] = {}
     for index, route in view.entries("routes"):
         override = route.get("modelNameOverride")
-        if isinstance(override, str) and override:
-            names = [(override, f"routes[{index}].modelNameOverride")]
-        else:
-            names = [(m, f"routes[{index}].models[{j}]") for j, m in view.strings("routes", index, "models") or []]
-        for name, where in names:
+        override = override if isinstance(override, str) else None
+        served = view.strings("routes", index, "models") or []
+        where = {override: f"routes[{index}].modelNameOverride"} if override else {}
+        for position, model in served:
+            where.setdefault(model, f"routes[{index}].models[{position}]")
+        for name in money.billed_models([model for _, model in served], override):
             if money.cel_string_problem(name) is None:
-                billed.setdefault(name, where)
+                billed.setdefault(name, where[name])
     return billed
 
 

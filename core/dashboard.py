@@ -10,13 +10,9 @@ What it shows and where each figure comes from:
   (`gen_ai_backend`, Agent Router v1.2 and later);
 * budgets with an actor near or over a limit, from the rate-limit service's `near_limit` / `over_limit` counters
   the alerts read (core.monitoring), one row per budget limit: those counters name the rule, never the actor;
-* refused calls: 429 from Envoy's rate-limit filter (`cluster.<cluster>.ratelimit.over_limit`, Prometheus
-  `envoy_cluster_ratelimit_over_limit`) and 403 from its RBAC filter, which refuses suspended actors
-  (`http.<prefix>.rbac.denied`, Prometheus `envoy_http_rbac_denied`). Names from Envoy's stats
-  (`source/extensions/filters/http/ratelimit/ratelimit.cc`, `source/extensions/filters/common/rbac/utility.cc`)
-  and its default tag extractors (`source/common/config/well_known_names.cc`: `cluster.<name>.` becomes the
-  label `envoy_cluster_name`, `http.<prefix>.` the label `envoy_http_conn_manager_prefix`); Envoy Gateway serves
-  them on each proxy's port 19001 at `/stats/prometheus`.
+* refused calls: 429 from Envoy's rate-limit filter and 403 from its RBAC filter, which refuses suspended actors,
+  from Envoy's own stats (core.monitors `PROXY_METRICS`, which the PodMonitor `envoy-proxy` keeps and nothing
+  else; where the names come from is said there).
 
 A panel whose data the stack cannot have is left out: the per-actor panels without actor metrics, the dollar
 panels without any price. The dashboard picks its Prometheus with a `datasource` variable, as the dashboards of
@@ -41,6 +37,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from core.budget_rules import BudgetRules
 from core.manifests import BUDGET_POLICY_NAME
 from core.monitoring import NEAR_LIMIT_METRIC, OVER_LIMIT_METRIC, rule_key1
+from core.monitors import PROXY_MONITOR_NAME, RATELIMIT_429_METRIC, RBAC_403_METRIC
 from core.ratelimit_model import shared_domain
 from core.recording_rules import (
     BILLED_MODEL_LABEL,
@@ -63,8 +60,6 @@ DASHBOARD_FILE = "agent-budgets.json"
 TOP = 20
 """Actors shown in the per-actor panels: the top spenders of each moment, so 10,000 actors stay readable."""
 BACKEND_LABEL = "gen_ai_backend"
-RATELIMIT_429_METRIC = "envoy_cluster_ratelimit_over_limit"
-RBAC_403_METRIC = "envoy_http_rbac_denied"
 # Grafana's own variables: the dashboard's time range, and a rate window that fits the scrape interval.
 RANGE = "$__range"
 RATE_INTERVAL = "$__rate_interval"
@@ -240,7 +235,7 @@ def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
         PanelSpec(
             "Refused calls (per second)",
             "How many calls the gateway refuses: 429 when an actor is over a budget limit, 403 when it is "
-            "suspended. From Envoy's own stats, which need the gateway pods' port 19001 scraped.",
+            f"suspended. From Envoy's own stats (the PodMonitor `{PROXY_MONITOR_NAME}`, `monitoring.proxyMetrics`).",
             "timeseries",
             "reqps",
             (

@@ -1,5 +1,5 @@
-"""What brings the budget alerts' series into Prometheus: two PodMonitors, and the alert that fires when the
-rate-limit service's series are missing (so a silent budget alert is never mistaken for a quiet day).
+"""What brings the budget alerts' and the dashboard's series into Prometheus: three PodMonitors, and the alert that
+fires when the rate-limit service's series are missing (so a silent budget alert is never mistaken for a quiet day).
 
 Neither upstream chart creates a monitor for these metrics: Envoy Gateway puts only `prometheus.io/*`
 annotations on the `envoy-ratelimit` pods, which the Prometheus Operator ignores, and Agent Router's
@@ -19,7 +19,14 @@ external processor declares its admin port and nothing else. Facts, at the versi
   name and namespace (`internal/infrastructure/kubernetes/proxy/resource.go` `EnvoyAppLabel`,
   `internal/gatewayapi/helpers.go` `GatewayOwnerLabels`).
 
-Both monitors live in the gateway namespace, beside the PrometheusRule, and reach Envoy Gateway's namespace
+* Envoy's own stats, in the same Envoy pods (envoyproxy/gateway v1.9.0 `internal/infrastructure/kubernetes/proxy/
+  resource.go` `expectedProxyContainers`, `internal/xds/bootstrap/bootstrap.go` `EnvoyStatsPort`,
+  `bootstrap.yaml.tpl`): container `envoy`, port `metrics` (19001), a listener that serves only `GET
+  /stats/prometheus`; the port and the listener exist unless the EnvoyProxy sets
+  `telemetry.metrics.prometheus.disable` (`enablePrometheus`). Envoy prints thousands of series per proxy
+  (every cluster, listener and filter), so that monitor keeps only `PROXY_METRICS`, the ones the dashboard reads.
+
+The monitors live in the gateway namespace, beside the PrometheusRule, and reach Envoy Gateway's namespace
 through `namespaceSelector`. So one namespace has to be admitted by the Prometheus (rules and pod monitors),
 and with the operator's `enforcedNamespaceLabel` the scraped series and the rule's selectors get the same
 `namespace` value (prometheus-operator v0.93.0 `pkg/namespacelabeler/labeler.go`; docs/spend.md).
@@ -29,20 +36,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.manifests import GATEWAY_NAME, Manifest
+from core.manifests import GATEWAY_NAME, Manifest, gateway_manifests
 from core.ratelimit_deployment import (
     METRICS_PORT_NAME,
     RATELIMIT_CONTAINER_NAME,
     RATELIMIT_POD_LABELS,
     STATS_FLUSH_INTERVAL,
+    prometheus_enabled,
 )
 from core.settings import ENVOY_GATEWAY_NAMESPACE, StackSettings, prometheus_label
 
 POD_MONITOR_API = "monitoring.coreos.com/v1"
 RATELIMIT_MONITOR_NAME = "envoy-ratelimit"
 AGENT_ROUTER_MONITOR_NAME = "agent-router"
+PROXY_MONITOR_NAME = "envoy-proxy"
 METRICS_PATH = "/metrics"
 AGENT_ROUTER_METRICS_PORT_NAME = "aigw-admin"
+PROXY_METRICS_PORT_NAME = "metrics"
+"""The `envoy` container's stats port (19001); Prometheus' pod discovery names it, so no number is needed."""
+PROXY_STATS_PATH = "/stats/prometheus"
+# Envoy's stats as its Prometheus output names them: the default tag extractors (envoyproxy/envoy
+# `source/common/config/well_known_names.cc`) take `cluster.<name>.` and `http.<prefix>.` out of the name into
+# the labels `envoy_cluster_name` and `envoy_http_conn_manager_prefix` (upstream's tag extractor tests:
+# `cluster.ratelimit.upstream_rq_timeout` → `cluster.upstream_rq_timeout`, `http.hcm_prefix.rbac.prefix.allowed` →
+# `http.rbac.allowed`; Envoy Gateway sets no RBAC `stat_prefix`), then `envoy_` and `_` for `.`.
+RATELIMIT_429_METRIC = "envoy_cluster_ratelimit_over_limit"
+"""Every call Envoy's rate-limit filter refuses with 429 (`cluster.<route cluster>.ratelimit.over_limit`)."""
+RBAC_403_METRIC = "envoy_http_rbac_denied"
+"""Every call the authorization (RBAC) filter refuses with 403, suspended actors' (`http.<prefix>.rbac.denied`)."""
+PROXY_METRICS = (RATELIMIT_429_METRIC, RBAC_403_METRIC)
+"""The only Envoy series the `envoy-proxy` monitor keeps: the ones core.dashboard queries (tests/test_dashboard.py
+checks that it queries exactly these)."""
 ENVOY_POD_LABELS = {
     "app.kubernetes.io/name": "envoy",
     "app.kubernetes.io/component": "proxy",
@@ -69,8 +93,9 @@ def _pod_monitor(
     pod_labels: dict[str, str],
     port: str,
     metric_relabelings: list[dict[str, Any]] | None = None,
+    path: str = METRICS_PATH,
 ) -> Manifest:
-    endpoint: dict[str, Any] = {"port": port, "path": METRICS_PATH}
+    endpoint: dict[str, Any] = {"port": port, "path": path}
     if metric_relabelings:
         endpoint["metricRelabelings"] = metric_relabelings
     return Manifest(
@@ -92,13 +117,18 @@ def ratelimit_pod_monitor(settings: StackSettings) -> Manifest:
     return _pod_monitor(settings, RATELIMIT_MONITOR_NAME, RATELIMIT_POD_LABELS, METRICS_PORT_NAME)
 
 
-def agent_router_pod_monitor(settings: StackSettings) -> Manifest:
-    """Scrape Agent Router's external processor in our Gateway's Envoy pods: the per-actor GenAI metrics."""
-    labels = {
+def gateway_envoy_pod_labels(settings: StackSettings) -> dict[str, str]:
+    """The labels of our Gateway's Envoy pods, and of no other Gateway's."""
+    return {
         **ENVOY_POD_LABELS,
         OWNING_GATEWAY_NAME_LABEL: GATEWAY_NAME,
         OWNING_GATEWAY_NAMESPACE_LABEL: settings.gateway.namespace,
     }
+
+
+def agent_router_pod_monitor(settings: StackSettings) -> Manifest:
+    """Scrape Agent Router's external processor in our Gateway's Envoy pods: the per-actor GenAI metrics."""
+    labels = gateway_envoy_pod_labels(settings)
     # Without the buckets a histogram keeps `_sum` and `_count`, all that the spend queries, the recording rules
     # and the dashboard read (docs/spend.md, "What per-actor metrics cost").
     drop_buckets = [{"sourceLabels": ["__name__"], "regex": HISTOGRAM_BUCKETS, "action": "drop"}]
@@ -111,9 +141,32 @@ def agent_router_pod_monitor(settings: StackSettings) -> Manifest:
     )
 
 
+def proxy_serves_prometheus(settings: StackSettings) -> bool:
+    """Whether our Gateway's Envoy pods declare the stats port: our EnvoyProxy leaves Prometheus on."""
+    [envoy_proxy] = [manifest for manifest in gateway_manifests(settings) if manifest.kind == "EnvoyProxy"]
+    return prometheus_enabled(envoy_proxy.spec)
+
+
+def proxy_pod_monitor(settings: StackSettings) -> Manifest:
+    """Scrape Envoy's own stats in our Gateway's Envoy pods, keeping only `PROXY_METRICS` (the refused calls)."""
+    keep = [{"sourceLabels": ["__name__"], "regex": "|".join(PROXY_METRICS), "action": "keep"}]
+    return _pod_monitor(
+        settings,
+        PROXY_MONITOR_NAME,
+        gateway_envoy_pod_labels(settings),
+        PROXY_METRICS_PORT_NAME,
+        keep,
+        path=PROXY_STATS_PATH,
+    )
+
+
 def all_pod_monitors(settings: StackSettings) -> list[Manifest]:
-    """Both PodMonitors, whatever the settings say (for a Prometheus the operator does not manage)."""
-    return [ratelimit_pod_monitor(settings), agent_router_pod_monitor(settings)]
+    """Every PodMonitor, whether or not `prometheusRules` and `podMonitors` are on (for a Prometheus the operator
+    does not manage): the Envoy stats one only with `monitoring.proxyMetrics` and a port to scrape."""
+    found = [ratelimit_pod_monitor(settings), agent_router_pod_monitor(settings)]
+    if settings.monitoring.proxy_metrics and proxy_serves_prometheus(settings):
+        found.append(proxy_pod_monitor(settings))
+    return found
 
 
 def pod_monitor_manifests(settings: StackSettings) -> list[Manifest]:
@@ -171,7 +224,7 @@ def scrape_config(monitor: Manifest) -> dict[str, Any]:
 
 
 def scrape_configs(settings: StackSettings) -> list[dict[str, Any]]:
-    """Both monitors as `scrape_configs` entries of a Prometheus configuration file."""
+    """The monitors as `scrape_configs` entries of a Prometheus configuration file."""
     return [scrape_config(monitor) for monitor in all_pod_monitors(settings)]
 
 

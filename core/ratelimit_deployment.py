@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.plain import dig
+
 # --- Envoy Gateway's side (envoyproxy/gateway v1.9.0 internal/infrastructure/kubernetes/ratelimit/resource.go)
 
 RATELIMIT_CONTAINER_NAME = "envoy-ratelimit"
@@ -161,14 +163,6 @@ class RedisClient:
     pipeline_window: str | None
 
 
-def _dig(value: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
 def _merge_by_name(base: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[str, Any]] | None) -> list[dict]:
     """Envoy Gateway's merge of user entries into its own: same name replaces in place, else appended."""
     merged = [dict(item) for item in base]
@@ -182,26 +176,28 @@ def _merge_by_name(base: Sequence[Mapping[str, Any]], extra: Sequence[Mapping[st
     return merged
 
 
-def prometheus_enabled(rate_limit: Mapping[str, Any]) -> bool:
-    """`enablePrometheus`: on unless `telemetry.metrics.prometheus.disable` is true."""
-    prometheus = _dig(rate_limit, "telemetry", "metrics", "prometheus")
+def prometheus_enabled(owner: Mapping[str, Any]) -> bool:
+    """Envoy Gateway's `enablePrometheus`, the same for the rate-limit service (`rateLimit`) and a proxy (an
+    EnvoyProxy spec): on unless `telemetry.metrics.prometheus.disable` is true (v1.9.0
+    `internal/infrastructure/kubernetes/ratelimit/resource_provider.go`, `proxy/resource.go`)."""
+    prometheus = dig(owner, "telemetry", "metrics", "prometheus")
     if isinstance(prometheus, Mapping):
         return not bool(prometheus.get("disable", False))
     return True
 
 
 def _tracing_url(rate_limit: Mapping[str, Any]) -> str | None:
-    url = _dig(rate_limit, "telemetry", "tracing", "provider", "url")
+    url = dig(rate_limit, "telemetry", "tracing", "provider", "url")
     return url if isinstance(url, str) and url else None
 
 
 def _expected_env(rate_limit: Mapping[str, Any], namespace: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": name, "value": value} for name, value in _BASE_ENV]
-    redis = _dig(rate_limit, "backend", "redis")
+    redis = dig(rate_limit, "backend", "redis")
     if isinstance(redis, Mapping):
         url: dict[str, Any] = {"name": "REDIS_URL"}
         if redis.get("urlRef") is not None:
-            url["valueFrom"] = {"secretKeyRef": dict(_dig(redis, "urlRef", "secretKeyRef") or {})}
+            url["valueFrom"] = {"secretKeyRef": dict(dig(redis, "urlRef", "secretKeyRef") or {})}
         elif redis.get("url") is not None:
             url["value"] = redis["url"]
         env += [{"name": "REDIS_SOCKET_TYPE", "value": "tcp"}, url]
@@ -221,7 +217,7 @@ def _expected_env(rate_limit: Mapping[str, Any], namespace: str) -> list[dict[st
         ]
     tracing_url = _tracing_url(rate_limit)
     if tracing_url is not None:
-        rate = _dig(rate_limit, "telemetry", "tracing", "samplingRate")
+        rate = dig(rate_limit, "telemetry", "tracing", "samplingRate")
         endpoint = tracing_url if tracing_url.startswith("http://") else f"http://{tracing_url}"
         env += [
             {"name": "TRACING_ENABLED", "value": "true"},
@@ -242,14 +238,14 @@ def _expected_mounts(rate_limit: Mapping[str, Any]) -> list[dict[str, Any]]:
     if prometheus_enabled(rate_limit):
         mounts.append({"name": STATSD_VOLUME, "mountPath": "/etc/statsd-exporter", "readOnly": True})
     # Only `tls != nil` is checked here: an empty tls block gets the mount (the defect of issue 22).
-    if _dig(rate_limit, "backend", "redis", "tls") is not None:
+    if dig(rate_limit, "backend", "redis", "tls") is not None:
         mounts.append({"name": REDIS_CERTS_VOLUME, "mountPath": REDIS_CERTS_DIR, "readOnly": True})
     return mounts
 
 
 def _expected_volumes(rate_limit: Mapping[str, Any]) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = []
-    certificate = _dig(rate_limit, "backend", "redis", "tls", "certificateRef")
+    certificate = dig(rate_limit, "backend", "redis", "tls", "certificateRef")
     if certificate is not None:  # ...while the volume needs certificateRef
         volumes.append(
             {"name": REDIS_CERTS_VOLUME, "secret": {"secretName": certificate.get("name"), "defaultMode": 420}}
@@ -267,16 +263,14 @@ def render_ratelimit_pod(envoy_gateway: Mapping[str, Any], namespace: str = "env
     rate_limit = envoy_gateway.get("rateLimit")
     if not isinstance(rate_limit, Mapping):
         raise ValueError("config.envoyGateway has no rateLimit: Envoy Gateway deploys no envoy-ratelimit")
-    deployment = _dig(envoy_gateway, "provider", "kubernetes", "rateLimitDeployment") or {}
+    deployment = dig(envoy_gateway, "provider", "kubernetes", "rateLimitDeployment") or {}
     ports = [{"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"}]
     if prometheus_enabled(rate_limit):
         ports.append({"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"})
     return RateLimitPod(
-        env=tuple(_merge_by_name(_expected_env(rate_limit, namespace), _dig(deployment, "container", "env"))),
-        volumes=tuple(_merge_by_name(_expected_volumes(rate_limit), _dig(deployment, "pod", "volumes"))),
-        volume_mounts=tuple(
-            _merge_by_name(_expected_mounts(rate_limit), _dig(deployment, "container", "volumeMounts"))
-        ),
+        env=tuple(_merge_by_name(_expected_env(rate_limit, namespace), dig(deployment, "container", "env"))),
+        volumes=tuple(_merge_by_name(_expected_volumes(rate_limit), dig(deployment, "pod", "volumes"))),
+        volume_mounts=tuple(_merge_by_name(_expected_mounts(rate_limit), dig(deployment, "container", "volumeMounts"))),
         container_ports=tuple(ports),
     )
 

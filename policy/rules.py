@@ -83,6 +83,7 @@ from core.filter_chain import (
 from core.identity import API_KEYS, ActorIdError, SourceName, actor_header_value, parse_actor_id, parse_header_value
 from core.manifests import ACTOR_ID_ANNOTATION
 from core.money import USD_METADATA_KEY
+from core.plain import dig
 from core.platform_values import ENVOY_GATEWAY_CHART, REDIS_NAME
 from core.ratelimit_model import (
     PolicyModel,
@@ -203,15 +204,6 @@ def has_unknown(value: Any) -> bool:
     if isinstance(value, list):
         return any(has_unknown(v) for v in value)
     return False
-
-
-def dig(value: Any, *path: str) -> Any:
-    """`value[path[0]][path[1]]...`, or None where a step is missing or not a mapping."""
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 def as_list(value: Any) -> list[Any]:

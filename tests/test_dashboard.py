@@ -1,7 +1,8 @@
 """The Grafana dashboard: emitted as a ConfigMap Grafana's sidecar loads, every query parses as PromQL (promql-parser)
-and reads only metrics and labels the stack produces.
+and reads only metrics and labels the stack scrapes or records.
 
-What the stack produces, by source (the program's own recording rules are read from the PrometheusRule it emits):
+What each scraped source serves (the program's own recording rules are read from the PrometheusRule it emits); what
+reaches Prometheus is that, through the metricRelabelings of the PodMonitor that scrapes it (tests/support/relabel.py):
 
 * Agent Router's external processor (envoyproxy/ai-gateway v1.1.0 `internal/metrics/genai.go`,
   `metrics_impl.go` `buildBaseAttributes`; theagentrouter/agent-router 2ea05dd3 adds `gen_ai.backend`): the
@@ -12,7 +13,8 @@ What the stack produces, by source (the program's own recording rules are read f
   (`internal/infrastructure/kubernetes/ratelimit/statsd_conf.yaml`): `ratelimit_service_rate_limit_*` with
   `domain`, `key1`, `key2`.
 * Envoy's own stats (`source/common/config/well_known_names.cc` tag extractors): `envoy_cluster_ratelimit_over_limit`
-  with `envoy_cluster_name`, `envoy_http_rbac_denied` with `envoy_http_conn_manager_prefix`.
+  with `envoy_cluster_name`, `envoy_http_rbac_denied` with `envoy_http_conn_manager_prefix`, among thousands of
+  others (a sample of which stands for them here).
 * What a Prometheus Operator scrape adds to every series: `job`, `instance`, `namespace`, `pod`, `container`,
   `endpoint`.
 """
@@ -29,11 +31,12 @@ import promql_parser
 import pulumi
 import pytest
 
-from core import dashboard
+from core import dashboard, monitors
 from core.monitoring import rule_key1
 from core.problems import ConfigError
 from core.validation import validate_stack
 from tests.support.program import RecordingMocks, run_program, stack_config
+from tests.support.relabel import relabel
 
 SECRETS = {"openaiApiKey": "sk-test", "anthropicApiKey": "sk-ant-test", "redisPassword": "pw"}
 SCRAPE_LABELS = {"job", "instance", "namespace", "pod", "container", "endpoint"}
@@ -48,18 +51,37 @@ GENAI_LABELS = {
 RATELIMIT_LABELS = {"domain", "key1", "key2"}
 
 
-def upstream_metrics(actor_label: str | None) -> dict[str, set[str]]:
-    """Metric → its labels, for every series the deployed components serve."""
+def served_metrics(actor_label: str | None) -> dict[str, dict[str, set[str]]]:
+    """PodMonitor → metric → its labels, for every series the pods it scrapes serve."""
     genai = GENAI_LABELS | ({actor_label} if actor_label else set())
-    metrics: dict[str, set[str]] = {}
+    served: dict[str, dict[str, set[str]]] = {"agent-router": {}, "envoy-ratelimit": {}, "envoy-proxy": {}}
     for suffix in ("_sum", "_count", "_bucket"):
-        metrics[f"gen_ai_client_token_usage{suffix}"] = genai | {"gen_ai_token_type"}
-        metrics[f"gen_ai_server_request_duration_seconds{suffix}"] = genai | {"error_type"}
+        served["agent-router"][f"gen_ai_client_token_usage{suffix}"] = genai | {"gen_ai_token_type"}
+        served["agent-router"][f"gen_ai_server_request_duration_seconds{suffix}"] = genai | {"error_type"}
     for suffix in ("near_limit", "over_limit", "total_hits", "within_limit"):
-        metrics[f"ratelimit_service_rate_limit_{suffix}"] = set(RATELIMIT_LABELS)
-    metrics["envoy_cluster_ratelimit_over_limit"] = {"envoy_cluster_name"}
-    metrics["envoy_http_rbac_denied"] = {"envoy_http_conn_manager_prefix"}
-    return {name: labels | SCRAPE_LABELS for name, labels in metrics.items()}
+        served["envoy-ratelimit"][f"ratelimit_service_rate_limit_{suffix}"] = set(RATELIMIT_LABELS)
+    for name in ("envoy_cluster_ratelimit_over_limit", "envoy_cluster_ratelimit_ok", "envoy_cluster_upstream_rq_total"):
+        served["envoy-proxy"][name] = {"envoy_cluster_name"}
+    for name in ("envoy_http_rbac_denied", "envoy_http_rbac_allowed", "envoy_http_downstream_rq_total"):
+        served["envoy-proxy"][name] = {"envoy_http_conn_manager_prefix"}
+    served["envoy-proxy"]["envoy_server_memory_allocated"] = set()
+    return served
+
+
+def scraped_metrics(run, actor_label: str | None) -> dict[str, set[str]]:
+    """Metric → its labels, for every series the stack's PodMonitors bring into Prometheus."""
+    scraped: dict[str, set[str]] = {}
+    for monitor in run.of_kind("PodMonitor"):
+        name = monitor.inputs["metadata"]["name"]
+        [endpoint] = monitor.inputs["spec"]["podMetricsEndpoints"]
+        rules = [
+            {"source_labels": rule["sourceLabels"], "regex": rule["regex"], "action": rule["action"]}
+            for rule in endpoint.get("metricRelabelings", [])
+        ]
+        for metric, labels in served_metrics(actor_label)[name].items():
+            if relabel({"__name__": metric}, rules) is not None:
+                scraped[metric] = labels | SCRAPE_LABELS
+    return scraped
 
 
 def _children(node: Any) -> Iterator[Any]:
@@ -148,7 +170,7 @@ def settings_and_rules(stack: dict[str, Any]):
 
 def test_every_query_parses_and_reads_only_metrics_and_labels_the_stack_produces(prod_run):
     _, model, prometheus_rule = emitted(prod_run)
-    produced = upstream_metrics("actor_id") | recorded_metrics(prometheus_rule)
+    produced = scraped_metrics(prod_run, "actor_id") | recorded_metrics(prometheus_rule)
     seen_metrics: set[str] = set()
     for panel in model["panels"]:
         for target in panel["targets"]:
@@ -174,12 +196,29 @@ def test_every_query_parses_and_reads_only_metrics_and_labels_the_stack_produces
         "envoy_http_rbac_denied",
     } == seen_metrics
     assert not any(name.endswith("_bucket") for name in seen_metrics), "the buckets may be dropped (docs/spend.md)"
+    # The Envoy monitor keeps exactly the Envoy series the dashboard reads, from one list.
+    assert {name for name in seen_metrics if name.startswith("envoy_")} == set(monitors.PROXY_METRICS)
+    assert {name for name in produced if name.startswith("envoy_")} == set(monitors.PROXY_METRICS)
+
+
+def test_without_proxy_metrics_the_refused_calls_are_not_scraped_but_the_panel_stays():
+    """`monitoring.proxyMetrics: false` is for a Prometheus that scrapes Envoy already: the panel reads that."""
+    run = run_program(config(proxyMetrics=False), secrets=SECRETS)
+    scraped = scraped_metrics(run, "actor_id")
+    assert not any(name.startswith("envoy_") for name in scraped)
+    assert "ratelimit_service_rate_limit_over_limit" in scraped
+    _, model, _ = emitted(run)
+    assert "Refused calls (per second)" in [panel["title"] for panel in model["panels"]]
 
 
 def test_the_check_would_catch_a_metric_or_label_the_stack_does_not_produce(prod_run):
     _, _, prometheus_rule = emitted(prod_run)
-    produced = upstream_metrics("actor_id") | recorded_metrics(prometheus_rule)
-    for bad in ("sum by (actor) (agent_budgets:gen_ai_usd:rate5m)", "sum(gen_ai_token_usage_total)"):
+    produced = scraped_metrics(prod_run, "actor_id") | recorded_metrics(prometheus_rule)
+    for bad in (
+        "sum by (actor) (agent_budgets:gen_ai_usd:rate5m)",
+        "sum(gen_ai_token_usage_total)",
+        "sum(rate(envoy_cluster_upstream_rq_total[1m]))",  # served by Envoy, dropped by the monitor
+    ):
         selectors, names = selectors_and_labels(promql_parser.parse(bad))
         metrics = {s.name for s in selectors}
         assert not (metrics <= set(produced) and names <= set().union(*(produced.get(m, set()) for m in metrics)))

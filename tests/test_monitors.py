@@ -1,7 +1,8 @@
 """The PodMonitors that feed the budget alerts, and the alert on their series going missing (issue 22).
 
 Checked under Pulumi mocks on the whole program: with `monitoring.prometheusRules` the program emits a
-PodMonitor for `envoy-ratelimit`'s `metrics` port and one for Agent Router's `aigw-admin` port, labelled with
+PodMonitor for `envoy-ratelimit`'s `metrics` port, one for Agent Router's `aigw-admin` port and one for Envoy's own
+stats (`monitoring.proxyMetrics`, kept down to the refused-call counters), labelled with
 `monitoring.ruleLabels`, each valid against prometheus-operator v0.93.0's own CRD (the pinned copy the schema
 tests load); the selectors name the labels and ports the pods really carry (the rendered rate-limit pod of
 core/ratelimit_deployment.py, the Gateway's own name and namespace); the absence alert parses as PromQL.
@@ -20,8 +21,9 @@ from core import monitors
 from core import platform_values as pv
 from core.manifests import gateway_manifests
 from core.monitoring import ALERT_GROUP, NEAR_LIMIT_METRIC
-from core.ratelimit_deployment import render_ratelimit_pod
-from core.validation import parse_settings
+from core.problems import ConfigError
+from core.ratelimit_deployment import prometheus_enabled, render_ratelimit_pod
+from core.validation import parse_settings, validate_stack
 from tests.support.crds import load_catalog
 from tests.support.program import ProgramRun, run_program, stack_config
 
@@ -48,9 +50,9 @@ def pod_monitors(run: ProgramRun) -> dict[str, dict[str, Any]]:
     return {r.inputs["metadata"]["name"]: r.as_object() for r in run.of_kind("PodMonitor")}
 
 
-def test_two_pod_monitors_beside_the_rule_with_the_labels_a_prometheus_selects(run):
+def test_three_pod_monitors_beside_the_rule_with_the_labels_a_prometheus_selects(run):
     found = pod_monitors(run)
-    assert sorted(found) == ["agent-router", "envoy-ratelimit"]
+    assert sorted(found) == ["agent-router", "envoy-proxy", "envoy-ratelimit"]
     rule = run.one("PrometheusRule", "agent-budgets").as_object()
     for monitor in found.values():
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -80,7 +82,11 @@ def test_the_monitors_wait_for_their_namespace_inside_the_monitoring_component(r
         assert monitor.parent == component.urn
         assert namespace.urn in monitor.dependencies
     outputs = run.monitor.outputs[component.urn]
-    assert outputs["podMonitors"] == ["agent-budgets/envoy-ratelimit", "agent-budgets/agent-router"]
+    assert outputs["podMonitors"] == [
+        "agent-budgets/envoy-ratelimit",
+        "agent-budgets/agent-router",
+        "agent-budgets/envoy-proxy",
+    ]
 
 
 def test_every_monitor_meets_the_prometheus_operator_crd(run, catalog):
@@ -160,3 +166,57 @@ def test_the_histogram_buckets_can_be_dropped_at_scrape_time(catalog):
     ]
     kept = pod_monitors(run_program(monitored()))
     assert "metricRelabelings" not in kept["agent-router"]["spec"]["podMetricsEndpoints"][0]
+
+
+def test_the_proxy_monitor_keeps_only_the_refused_calls_of_our_gateways_envoy_pods(run, catalog):
+    """Envoy Gateway v1.9.0 `proxy/resource.go`: container `envoy`, port `metrics` (19001, `EnvoyStatsPort`), whose
+    listener serves `GET /stats/prometheus` (`bootstrap.yaml.tpl`); the same pods as Agent Router's monitor."""
+    found = pod_monitors(run)
+    proxy = found["envoy-proxy"]
+    assert proxy["spec"]["selector"] == found["agent-router"]["spec"]["selector"]
+    assert proxy["spec"]["namespaceSelector"] == {"matchNames": ["envoy-gateway-system"]}
+    assert proxy["spec"]["podMetricsEndpoints"] == [
+        {
+            "port": "metrics",
+            "path": "/stats/prometheus",
+            "metricRelabelings": [
+                {
+                    "sourceLabels": ["__name__"],
+                    "regex": "envoy_cluster_ratelimit_over_limit|envoy_http_rbac_denied",
+                    "action": "keep",
+                }
+            ],
+        }
+    ]
+    assert catalog.validate(proxy).errors == []
+
+
+def test_the_proxy_monitor_can_be_left_out_and_needs_a_stats_port(monkeypatch):
+    """`monitoring.proxyMetrics: false` leaves Envoy's stats to your own scrape; an EnvoyProxy with Prometheus
+    disabled has no `metrics` port (`enablePrometheus`), so there is nothing to scrape."""
+    names = sorted(pod_monitors(run_program(monitored(proxyMetrics=False))))
+    assert names == ["agent-router", "envoy-ratelimit"]
+    settings = parse_settings(monitored())
+    [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
+    assert prometheus_enabled(envoy_proxy.spec) and monitors.proxy_serves_prometheus(settings)
+    assert not prometheus_enabled({**envoy_proxy.spec, "telemetry": {"metrics": {"prometheus": {"disable": True}}}})
+
+    def without_prometheus(settings):
+        found = gateway_manifests(settings)
+        for manifest in found:
+            if manifest.kind == "EnvoyProxy":
+                manifest.spec["telemetry"] = {"metrics": {"prometheus": {"disable": True}}}
+        return found
+
+    monkeypatch.setattr(monitors, "gateway_manifests", without_prometheus)
+    assert [m.name for m in monitors.pod_monitor_manifests(settings)] == ["envoy-ratelimit", "agent-router"]
+
+
+def test_a_bad_proxy_metrics_value_is_refused_with_its_key_beside_other_mistakes():
+    raw = {key: value for key, value in monitored(proxyMetrics="sometimes", nearLimitPercent=120).items()}
+    with pytest.raises(ConfigError) as raised:
+        validate_stack(raw, lambda key: (True, True))
+    report = str(raised.value)
+    assert report.startswith("invalid stack configuration:")
+    assert "agent-budgets:monitoring.proxyMetrics" in report and "'sometimes'" in report
+    assert "agent-budgets:monitoring.nearLimitPercent" in report

@@ -2,28 +2,25 @@
 
 The rule file must hold exactly the PrometheusRule's groups, in the shape Prometheus loads (the group/rule
 schema of tests/support/prometheus_rule_schema.py, every expression parsed by promql-parser). The scrape jobs
-are run through Prometheus' relabelling on the targets its pod discovery would produce: the rules follow
-prometheus/prometheus `model/relabel/relabel.go` (regexes anchored, RE2 syntax with `.` matching newlines,
-source labels joined with `;`, `replace` by default with replacement `$1`) and `discovery/kubernetes/pod.go`
-(one target per declared container port, with `__meta_kubernetes_pod_label_*`, `..._labelpresent_*`,
-`..._container_port_name`).
+are run through Prometheus' relabelling (tests/support/relabel.py) on the targets its pod discovery would produce
+(prometheus/prometheus `discovery/kubernetes/pod.go`: one target per declared container port, with
+`__meta_kubernetes_pod_label_*`, `..._labelpresent_*`, `..._container_port_name`).
 """
 
 from __future__ import annotations
 
 import io
 import re
-from typing import Any
 
 import jsonschema
 import promql_parser
-import re2
 import yaml
 
 from core.monitoring import prometheus_rule_manifest
 from core.validation import validate_stack
 from tests.support.program import ROOT, stack_config
 from tests.support.prometheus_rule_schema import GROUP_SCHEMA
+from tests.support.relabel import relabel
 from tools import prometheus_files
 from tools.spend.stack import load_stack
 
@@ -60,28 +57,6 @@ def pod_targets(
     return targets
 
 
-def _expand(replacement: str, groups: list[str | None]) -> str:
-    """`$1`-style references replaced by the regex groups (an unmatched group is empty)."""
-    return re.sub(r"\$(\d+)", lambda ref: groups[int(ref.group(1))] or "", replacement)
-
-
-def relabel(target: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:
-    """Prometheus' relabelling for the actions the jobs use (keep, drop, replace); None = target dropped."""
-    labels = dict(target)
-    for rule in rules:
-        action = rule.get("action", "replace")
-        value = ";".join(labels.get(name, "") for name in rule.get("source_labels", []))
-        pattern = re2.compile(f"^(?s:{rule.get('regex', '(.*)')})$")
-        match = pattern.search(value)
-        if action == "keep" and not match:
-            return None
-        if action == "drop" and match:
-            return None
-        if action == "replace" and match:
-            labels[rule["target_label"]] = _expand(rule.get("replacement", "$1"), [match.group(0), *match.groups()])
-    return {key: value for key, value in labels.items() if not key.startswith("__")}
-
-
 RATELIMIT_LABELS = {
     "app.kubernetes.io/name": "envoy-ratelimit",
     "app.kubernetes.io/component": "ratelimit",
@@ -116,10 +91,14 @@ def test_the_rule_file_is_the_prometheus_rules_groups():
 def test_the_scrape_jobs_keep_exactly_the_ports_the_monitors_name():
     status, out, err = printed("scrape-configs", "--stack", "dev")
     assert (status, err) == (0, "")
-    ratelimit_job, router_job = yaml.safe_load(out)["scrape_configs"]
-    for job in (ratelimit_job, router_job):
+    ratelimit_job, router_job, proxy_job = yaml.safe_load(out)["scrape_configs"]
+    for job in (ratelimit_job, router_job, proxy_job):
         assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["envoy-gateway-system"]}}]
-        assert job["metrics_path"] == "/metrics"
+    assert [job["metrics_path"] for job in (ratelimit_job, router_job, proxy_job)] == [
+        "/metrics",
+        "/metrics",
+        "/stats/prometheus",
+    ]
     ratelimit_pod = pod_targets("envoy-gateway-system", "envoy-ratelimit-7d9f", RATELIMIT_LABELS, RATELIMIT_PORTS)
     envoy_pod = pod_targets("envoy-gateway-system", "envoy-agent-budgets-agent-router-x1", ENVOY_LABELS, ENVOY_PORTS)
     kept = [relabel(t, ratelimit_job["relabel_configs"]) for t in ratelimit_pod + envoy_pod]
@@ -146,9 +125,47 @@ def test_the_scrape_jobs_keep_exactly_the_ports_the_monitors_name():
     }
 
 
+def test_the_proxy_job_scrapes_envoys_stats_port_and_keeps_only_the_refused_calls():
+    """The `envoy` container's `metrics` port of our Gateway's pods (not the rate-limit pod's port of that name), and
+    of everything Envoy prints there only the series the dashboard reads."""
+    status, out, _ = printed("scrape-configs", "--stack", "dev")
+    *_, proxy_job = yaml.safe_load(out)["scrape_configs"]
+    assert status == 0 and proxy_job["job_name"] == "podMonitor/agent-budgets/envoy-proxy/0"
+    ratelimit_pod = pod_targets("envoy-gateway-system", "envoy-ratelimit-7d9f", RATELIMIT_LABELS, RATELIMIT_PORTS)
+    envoy_pod = pod_targets("envoy-gateway-system", "envoy-agent-budgets-agent-router-x1", ENVOY_LABELS, ENVOY_PORTS)
+    kept = [relabel(t, proxy_job["relabel_configs"]) for t in ratelimit_pod + envoy_pod]
+    assert kept == [
+        None,
+        None,
+        {
+            "namespace": "envoy-gateway-system",
+            "container": "envoy",
+            "pod": "envoy-agent-budgets-agent-router-x1",
+            "job": "agent-budgets/envoy-proxy",
+            "endpoint": "metrics",
+        },
+        None,
+    ]
+    # A sample of what Envoy prints on that port (Envoy's default tag extractors), through metric_relabel_configs.
+    printed_series = [
+        "envoy_cluster_ratelimit_over_limit",
+        "envoy_http_rbac_denied",
+        "envoy_http_rbac_allowed",
+        "envoy_cluster_upstream_rq_total",
+        "envoy_cluster_ratelimit_ok",
+        "envoy_server_memory_allocated",
+        "envoy_http_downstream_rq_xx",
+    ]
+    rules = proxy_job["metric_relabel_configs"]
+    survivors = [name for name in printed_series if relabel({"__name__": name}, rules) is not None]
+    assert survivors == ["envoy_cluster_ratelimit_over_limit", "envoy_http_rbac_denied"]
+    status, out, _ = printed("scrape-configs", "--stack", "dev-kubernetes")
+    assert status == 0 and len(yaml.safe_load(out)["scrape_configs"]) == 3
+
+
 def test_pods_that_are_not_running_or_belong_to_another_gateway_are_not_scraped():
     _, out, _ = printed("scrape-configs", "--stack", "dev")
-    _, router_job = yaml.safe_load(out)["scrape_configs"]
+    _, router_job, _ = yaml.safe_load(out)["scrape_configs"]
     other = {**ENVOY_LABELS, "gateway.envoyproxy.io/owning-gateway-name": "other"}
     for target in (
         pod_targets("envoy-gateway-system", "p", ENVOY_LABELS, ENVOY_PORTS[1:], phase="Succeeded")[0],

@@ -29,7 +29,9 @@ class MonitoringSettings(ConfigModel):
         description=(
             "Agent Router labels its GenAI metrics (token usage, request duration, time to first token, time per "
             "output token) with the caller's `x-actor-id` (chart value `controller.metricsRequestHeaderAttributes`). "
-            "Costs about 160 series per actor, model and operation on each Envoy pod; off: no per-actor series."
+            "Costs series per actor, model and operation on each Envoy pod "
+            "([what per-actor metrics cost](spend.md#what-per-actor-metrics-cost-and-how-to-keep-them)); off: no "
+            "per-actor series."
         ),
     )
     actor_attribute: str = Field(
@@ -51,8 +53,17 @@ class MonitoringSettings(ConfigModel):
         default=True,
         description=(
             "With `prometheusRules`: also create the PodMonitors that scrape the series the alerts read "
-            "(`envoy-ratelimit`'s `metrics` port) and Agent Router's GenAI metrics (its `aigw-admin` port). Turn "
-            "off when your Prometheus scrapes those ports already: scraping twice doubles every sum."
+            "(`envoy-ratelimit`'s `metrics` port), Agent Router's GenAI metrics (its `aigw-admin` port) and, with "
+            "`proxyMetrics`, Envoy's refused calls. Turn off when your Prometheus scrapes those ports already: "
+            "scraping twice doubles every sum."
+        ),
+    )
+    proxy_metrics: bool = Field(
+        default=True,
+        description=(
+            "With `prometheusRules` and `podMonitors`: also create the PodMonitor `envoy-proxy`, which scrapes Envoy's "
+            "own stats on the Gateway's Envoy pods (port `metrics`, `/stats/prometheus`) and keeps only the refused-"
+            "call counters the dashboard reads. Turn off when your Prometheus scrapes that port already."
         ),
     )
     near_limit_percent: float = Field(
@@ -76,8 +87,8 @@ class MonitoringSettings(ConfigModel):
         default=True,
         description=(
             "Keep the `_bucket` series of Agent Router's GenAI histograms when the PodMonitor `agent-router` scrapes "
-            "them; `false` drops them at scrape time (nothing of this program reads them): about 18 instead of 160 "
-            "series per actor, model and operation on each Envoy pod."
+            "them; `false` drops them at scrape time (nothing of this program reads them), most of the series per "
+            "actor ([what per-actor metrics cost](spend.md#what-per-actor-metrics-cost-and-how-to-keep-them))."
         ),
     )
     dashboard: bool = Field(

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.plain import dig
+
 from .httpcall import HttpReply, http_request
 
 
@@ -34,14 +36,6 @@ class Call:
     def summary(self) -> dict[str, Any]:
         """The write-up's per-call evidence: status, total_tokens, remaining."""
         return {"status": self.status, "total_tokens": self.total_tokens, "remaining": self.remaining}
-
-
-def _dig(doc: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(doc, Mapping):
-            return None
-        doc = doc.get(key)
-    return doc
 
 
 def _int(value: Any) -> int | None:
@@ -75,17 +69,17 @@ def parse_probe_reply(http_status: int, text: str) -> Call:
     headers = {str(k).lower(): str(v) for k, v in (payload.get("headers") or {}).items()}
     body_json = payload.get("json")
     stream = payload.get("stream") if isinstance(payload.get("stream"), Mapping) else None
-    mock = _dig(body_json, "mock_received") or (stream or {}).get("mock_received")
-    total = _int(_dig(body_json, "usage", "total_tokens"))
-    stream_total = _int(_dig(stream, "usage", "total_tokens")) if stream else None
-    sent_body = _dig(payload, "request", "body")
+    mock = dig(body_json, "mock_received") or (stream or {}).get("mock_received")
+    total = _int(dig(body_json, "usage", "total_tokens"))
+    stream_total = _int(dig(stream, "usage", "total_tokens")) if stream else None
+    sent_body = dig(payload, "request", "body")
     return Call(
         status=_int(payload.get("status")),
         reason=str(payload.get("reason") or ""),
         total_tokens=total if total is not None else stream_total,
         remaining=headers.get("x-ratelimit-remaining"),
-        credential=_dig(mock, "credential", "authorization") or headers.get("x-mock-authorization"),
-        upstream_actor_id=_dig(mock, "x_actor_id") or headers.get("x-mock-x-actor-id"),
+        credential=dig(mock, "credential", "authorization") or headers.get("x-mock-authorization"),
+        upstream_actor_id=dig(mock, "x_actor_id") or headers.get("x-mock-x-actor-id"),
         headers=headers,
         body=str(payload.get("body") or ""),
         stream_events=_int(stream.get("events")) if stream else None,
