@@ -1,17 +1,19 @@
 """A Pulumi MockMonitor that records what the engine would receive for each resource.
 
-Each registration keeps its inputs (secrets still wrapped as secrets), parent, provider, dependencies and
-resource options, and every component's registered outputs: the facts mocks alone do not show.
+Each registration keeps its inputs (secrets still wrapped as secrets), parent, provider, dependencies,
+aliases and resource options, and every component's registered outputs: the facts mocks alone do not show.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
+
+from tests.support.engine_urns import AliasSpec
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Registration:
     dependencies: set[str]
     protect: bool
     delete_before_replace: bool
+    aliases: list[AliasSpec] = field(default_factory=list)
 
     @property
     def object_name(self) -> str | None:
@@ -67,6 +70,7 @@ class RecordingMonitor(MockMonitor):
                     dependencies=dependencies,
                     protect=bool(request.protect),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    aliases=[AliasSpec.from_proto(alias) for alias in request.aliases],
                 )
             )
         return response
