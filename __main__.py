@@ -1,5 +1,12 @@
-"""agent-budgets: a token budget for every AI agent. All logic lives in components/."""
+"""agent-budgets: a token budget for every AI agent. One `AgentBudgets` (agent_budgets/), built from this stack's
+configuration; its outputs are the stack's outputs."""
 
-from components.program import run
+import pulumi
 
-run()
+from agent_budgets import AgentBudgets
+from components.program import stack_configuration
+
+args, program = stack_configuration()
+budgets = AgentBudgets("agent-budgets", args, program=program)
+for key, value in budgets.stack_outputs.items():
+    pulumi.export(key, value)

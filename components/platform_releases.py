@@ -75,10 +75,16 @@ class Platform(pulumi.ComponentResource):
         self,
         name: str,
         settings: StackSettings,
+        redis_password: pulumi.Input[str] | None = None,
+        redis_sentinel_password: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`redis_password` and `redis_sentinel_password`: the external Redis's secrets (read from secret config
+        when not given)."""
         # A missing or plain-text external Redis password stops the run before anything is registered.
-        external_password = read_external_password(settings.redis) if settings.redis.mode == "external" else None
+        external_password = redis_password
+        if external_password is None and settings.redis.mode == "external":
+            external_password = read_external_password(settings.redis)
         super().__init__("agent-budgets:platform:Platform", name, None, opts)
         envoy_gateway, crds, controller = release_specs(settings)
         self.envoy_gateway_values = envoy_gateway.values
@@ -99,6 +105,7 @@ class Platform(pulumi.ComponentResource):
             settings.redis,
             client_namespace=client_namespace,
             external_password=external_password,
+            sentinel_password=redis_sentinel_password,
             opts=pulumi.ResourceOptions(parent=self),
         )
 

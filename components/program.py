@@ -1,20 +1,26 @@
-"""The program's edge: read `agent-budgets:*` config from the engine, validate it all, then build the stack.
+"""The program's edge: read `agent-budgets:*` config from the engine into what `AgentBudgets` is built from.
 
 Nothing is registered until the whole configuration (including required secrets and Envoy Gateway's
-caps) has been checked by `core.validation`; a problem ends the run with a clean `pulumi.RunError`
-naming every bad key.
+caps) has been checked by `core.validation` (the component does it first); a problem ends the run with a
+clean `pulumi.RunError` naming every bad key.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pulumi
 import pulumi.runtime.config as runtime_config
 
-from components.stack import build_stack
-from core.settings import PROJECT, SECRET_PLACEHOLDER, SECRET_SECTIONS, ConfigError, decode_config_value
-from core.validation import ValidatedStack, validate_stack
+from agent_budgets.component import SECTION_FIELDS, AgentBudgetsArgs, StackProgram
+from core.cross_checks import ConfigView
+from core.settings import PROJECT, SECRET_PLACEHOLDER, SECRET_SECTIONS, decode_config_value
+from core.validation import needed_secrets
+
+PROVIDER_API_KEYS = "providerApiKeys."
+# The component input of each Redis secret → its argument.
+SECTION_INPUTS = {"redisPassword": "redis_password", "redisSentinelPassword": "redis_sentinel_password"}
 
 
 def read_raw_config(project: str = PROJECT) -> dict[str, Any]:
@@ -42,19 +48,32 @@ def runtime_secret_state(key: str) -> tuple[bool, bool]:
     return runtime_config.get_config(full_key) is not None, runtime_config.is_config_secret(full_key)
 
 
-def load() -> ValidatedStack:
-    """The engine's configuration, validated; raises ConfigError listing every problem."""
-    return validate_stack(read_raw_config(), runtime_secret_state)
+def secret_config(key: str) -> pulumi.Output[str] | None:
+    """A secret config value, kept secret; None when it is not set (validation then reports it)."""
+    return pulumi.Config(PROJECT).get_secret(key)
 
 
-def run() -> None:
-    """Entry point of `__main__.py`."""
-    try:
-        validated = load()
-    except ConfigError as error:
-        raise pulumi.RunError(str(error)) from None
-    for warning in validated.warnings:
-        pulumi.log.warn(warning.render())
-    outputs = build_stack(validated.settings, validated.rules, validated.egress)
-    for key, value in outputs.items():
-        pulumi.export(key, value)
+def stack_args(raw: Mapping[str, Any]) -> AgentBudgetsArgs:
+    """`AgentBudgets`' arguments from the stack's configuration: each section under its argument, each secret the
+    configuration needs read from secret config into its input."""
+    args: dict[str, Any] = {field: raw[key] for key, field in SECTION_FIELDS.items() if key in raw}
+    sections = {key: value for key, value in raw.items() if key in SECTION_FIELDS}
+    provider_api_keys: dict[str, pulumi.Output[str]] = {}
+    for secret in needed_secrets(ConfigView(sections)):
+        value = secret_config(secret.config_key)
+        if value is None:
+            continue
+        if secret.component_input.startswith(PROVIDER_API_KEYS):
+            provider_api_keys[secret.component_input.removeprefix(PROVIDER_API_KEYS)] = value
+        else:
+            args[SECTION_INPUTS[secret.component_input]] = value
+    if provider_api_keys:
+        args["provider_api_keys"] = provider_api_keys
+    return cast(AgentBudgetsArgs, args)
+
+
+def stack_configuration() -> tuple[AgentBudgetsArgs, StackProgram]:
+    """What `__main__.py` builds its `AgentBudgets` from: the arguments, and the whole configuration with the state
+    of its secrets (so that unknown keys and misplaced secrets are reported, by their config keys)."""
+    raw = read_raw_config()
+    return stack_args(raw), StackProgram(raw=raw, secret_state=runtime_secret_state)

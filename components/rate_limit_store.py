@@ -81,7 +81,8 @@ class RateLimitStore(pulumi.ComponentResource):
         name: str,
         redis: RedisSettings,
         client_namespace: pulumi.Input[str] = ENVOY_GATEWAY_NAMESPACE,
-        external_password: pulumi.Output[str] | None = None,
+        external_password: pulumi.Input[str] | None = None,
+        sentinel_password: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         if redis.mode == "external" and external_password is None:
@@ -103,8 +104,9 @@ class RateLimitStore(pulumi.ComponentResource):
         secrets: dict[str, pulumi.Input[str]] = {PASSWORD_KEY: password}
         sentinel_key = redis_sentinel_password_config(redis)
         if sentinel_key is not None:
-            sentinel = read_external_password(redis, sentinel_key)
-            secrets[SENTINEL_PASSWORD_KEY] = pulumi.Output.secret(sentinel)
+            if sentinel_password is None:
+                sentinel_password = read_external_password(redis, sentinel_key)
+            secrets[SENTINEL_PASSWORD_KEY] = pulumi.Output.secret(sentinel_password)
         self.client_secret = Secret(
             f"{name}-ratelimit-auth",
             metadata={

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -22,52 +24,81 @@ from core.budget_rules import BudgetRules
 from core.egress import EgressPolicySettings
 from core.identity import SUBSTRATE
 from core.kubeconfig import is_contents as kubeconfig_is_contents
-from core.settings import PROJECT, StackSettings
+from core.settings import StackSettings
 from core.worst_case import stack_worst_cases
 
 
-def kubernetes_provider(settings: StackSettings) -> k8s.Provider:
+@dataclass(frozen=True)
+class StackSecrets:
+    """The secrets the stack needs, each kept a Pulumi secret wherever it goes (core.validation has checked that
+    every one the configuration needs is here)."""
+
+    provider_api_keys: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    """Each remote provider's API key, by provider name."""
+    redis_password: pulumi.Input[str] | None = None
+    """The external Redis's password."""
+    redis_sentinel_password: pulumi.Input[str] | None = None
+    """The Redis Sentinels' password."""
+    kubeconfig: pulumi.Input[str] | None = None
+    """A kubeconfig known only at deployment time (an Output): it goes to the Kubernetes provider alone."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the stack's top-level resources go: under `parent`, and with `aliases_from_root` an alias each to the
+    stack root, where the program registered them before `AgentBudgets` (their children follow them: the engine
+    carries a parent's alias to its children), so an existing stack's `pulumi up` replaces nothing."""
+
+    parent: pulumi.Resource | None = None
+    aliases_from_root: bool = False
+
+    def options(self, **options: Any) -> pulumi.ResourceOptions:
+        aliases = [pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)] if self.aliases_from_root else None
+        return pulumi.ResourceOptions(parent=self.parent, aliases=aliases, **options)
+
+
+def kubernetes_provider(
+    settings: StackSettings, placement: Placement, kubeconfig: pulumi.Input[str] | None = None
+) -> k8s.Provider:
     """The one explicit Kubernetes provider: the kube context comes from config, never the ambient one.
 
     Kubeconfig contents hold credentials: they reach the provider (and so the state) only as a secret.
     """
-    kubeconfig: str | pulumi.Output[str] | None = settings.kubernetes.kubeconfig
-    if kubeconfig and kubeconfig_is_contents(kubeconfig):
+    if kubeconfig is None:
+        kubeconfig = settings.kubernetes.kubeconfig
+        if kubeconfig and kubeconfig_is_contents(kubeconfig):
+            kubeconfig = pulumi.Output.secret(kubeconfig)
+    else:
         kubeconfig = pulumi.Output.secret(kubeconfig)
     return k8s.Provider(
         "kubernetes",
         context=settings.kubernetes.context,
         kubeconfig=kubeconfig,
         enable_server_side_apply=True,
+        opts=placement.options(),
     )
 
 
-def secret_config(key: str) -> pulumi.Output[str]:
-    """A secret config value, kept secret (core.validation has already checked it is set)."""
-    value = pulumi.Config(PROJECT).get_secret(key)
-    if value is None:  # pragma: no cover - validation refuses a missing secret first
-        raise pulumi.RunError(f"{PROJECT}:{key} is not set")
-    return value
-
-
-def provider_keys(settings: StackSettings) -> dict[str, pulumi.Output[str]]:
-    """Each remote provider's key, from secret config (core.validation has checked they are set)."""
-    return {
-        provider.name: secret_config(provider.api_key_config_key)
-        for provider in settings.providers
-        if provider.needs_api_key
-    }
-
-
 def build_stack(
-    settings: StackSettings, rules: BudgetRules, egress: EgressPolicySettings | None = None
+    settings: StackSettings,
+    rules: BudgetRules,
+    secrets: StackSecrets,
+    egress: EgressPolicySettings | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Declare every resource; return the stack outputs (nothing secret but `apiKeys`, a Pulumi secret). ``egress``:
     the egress-policy settings core.validation checked (None when the stack holds no egress policy)."""
-    cluster = kubernetes_provider(settings)
-    with_cluster = pulumi.ResourceOptions(providers={"kubernetes": cluster})
+    placement = placement or Placement()
+    cluster = kubernetes_provider(settings, placement, secrets.kubeconfig)
+    with_cluster = placement.options(providers={"kubernetes": cluster})
 
-    platform = Platform("platform", settings, opts=with_cluster)
+    platform = Platform(
+        "platform",
+        settings,
+        redis_password=secrets.redis_password,
+        redis_sentinel_password=secrets.redis_sentinel_password,
+        opts=with_cluster,
+    )
     deps = platform.deps
     gateway = ModelGateway(
         "gateway",
@@ -87,7 +118,7 @@ def build_stack(
             "service-account-trust", settings, depends_on=trust_dependencies, opts=with_cluster
         )
         jwks_sources.extend(service_accounts.jwks_dependencies)
-    keys = provider_keys(settings)
+    keys = {name: pulumi.Output.secret(key) for name, key in secrets.provider_api_keys.items()}
     models = Models(
         "models",
         settings,
@@ -125,7 +156,7 @@ def build_stack(
     if settings.monitoring.dashboard:
         Dashboard("dashboard", settings, rules, namespace=namespace, opts=with_cluster)
     if egress is not None:
-        ActorEgressPolicies("actor-egress", egress)
+        ActorEgressPolicies("actor-egress", egress, opts=placement.options())
 
     outputs: dict[str, Any] = {}
     if settings.identity.jwt_sources:

@@ -17,7 +17,7 @@ Pure: the Pulumi runtime is read by `components.program`, which hands the values
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,26 +100,58 @@ class _Findings:
     """The typed settings, when every field validated (so they are validated once per run)."""
 
 
-def expected_secret_keys(view: ConfigView) -> dict[str, str]:
-    """The secret config keys this configuration needs (key → what it holds), read from the raw values.
+@dataclass(frozen=True)
+class NeededSecret:
+    """A secret the configuration needs: the secret config key the program reads it from, the `AgentBudgets` input
+    a program using the component passes it in (agent_budgets), and what it holds."""
+
+    config_key: str
+    component_input: str
+    purpose: str
+
+
+@dataclass(frozen=True)
+class SecretInputs:
+    """The secret inputs an `AgentBudgets` component was given, by input path (`providerApiKeys.<provider>`,
+    `redisPassword`, `redisSentinelPassword`): validation then reports a missing or unused input by that path
+    instead of a secret config key."""
+
+    provided: frozenset[str]
+
+
+def needed_secrets(view: ConfigView) -> list[NeededSecret]:
+    """The secrets this configuration needs, read from the raw values.
 
     Works while other keys are wrong, so a plain-text or missing secret is still reported.
     """
-    needed: dict[str, str] = {}
+    needed: list[NeededSecret] = []
     for _, entry in view.entries("providers"):
         kind, name = entry.get("kind"), entry.get("name")
         # Any value may stand where text belongs (`kind: [openai]`): only text is looked up.
         if isinstance(kind, str) and kind in PROVIDER_DEFAULT_HOSTS and isinstance(name, str):
             key = entry.get("apiKeyConfig") or f"{name}ApiKey"
             if isinstance(key, str):  # any other value is wrong in itself, and its field error says so
-                needed[key] = f"the API key of provider {name!r} ({kind})"
+                needed.append(
+                    NeededSecret(key, f"providerApiKeys.{name}", f"the API key of provider {name!r} ({kind})")
+                )
     if view.get("redis", "mode") == "external":
         key = view.get("redis", "passwordConfig")
-        needed[str(key if isinstance(key, str) else "redisPassword")] = "the password of the external Redis"
+        needed.append(
+            NeededSecret(
+                str(key if isinstance(key, str) else "redisPassword"),
+                "redisPassword",
+                "the password of the external Redis",
+            )
+        )
         sentinel = view.get("redis", "sentinelPasswordConfig")
         if isinstance(sentinel, str):
-            needed[sentinel] = "the password of the Redis Sentinel nodes"
+            needed.append(NeededSecret(sentinel, "redisSentinelPassword", "the password of the Redis Sentinel nodes"))
     return needed
+
+
+def expected_secret_keys(view: ConfigView) -> dict[str, str]:
+    """The secret config keys this configuration needs (key → what it holds)."""
+    return {secret.config_key: secret.purpose for secret in needed_secrets(view)}
 
 
 def _split_keys(raw: Mapping[str, Any], findings: _Findings) -> dict[str, Any]:
@@ -204,14 +236,17 @@ def parse_settings(raw: Mapping[str, Any]) -> StackSettings:
     return findings.settings
 
 
-def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> list[Problem]:
+def _secret_problems(needed: Sequence[NeededSecret], secrets: SecretState | SecretInputs) -> list[Problem]:
+    if isinstance(secrets, SecretInputs):
+        return _secret_input_problems(needed, secrets)
     problems: list[Problem] = []
-    for key, purpose in needed:
-        present, secret = state(key)
+    for secret in needed:
+        key, purpose = secret.config_key, secret.purpose
+        present, is_secret = secrets(key)
         command = secret_set_command(key)
         if not present:
             problems.append(Problem(key, f"is not set: it holds {purpose}. Run `{command}`"))
-        elif not secret:
+        elif not is_secret:
             problems.append(
                 Problem(
                     key,
@@ -219,6 +254,29 @@ def _secret_problems(needed: Iterable[tuple[str, str]], state: SecretState) -> l
                     f"then run `{command}`",
                 )
             )
+    return problems
+
+
+def _secret_input_problems(needed: Sequence[NeededSecret], inputs: SecretInputs) -> list[Problem]:
+    """A component's missing secret inputs, and the ones no setting uses (a misspelt provider name)."""
+    problems = [
+        Problem(
+            secret.component_input,
+            f"is not set: it holds {secret.purpose}. Pass it to AgentBudgets as a secret "
+            "(Python `pulumi.Output.secret(...)`, TypeScript `config.requireSecret(...)`, YAML `fn::secret`)",
+        )
+        for secret in needed
+        if secret.component_input not in inputs.provided
+    ]
+    used = {secret.component_input for secret in needed}
+    problems.extend(
+        Problem(
+            path,
+            "is set, but no setting uses it: only a provider of kind openai or anthropic needs a key (by its name in "
+            "providers), and only redis.mode external a password (redis.sentinelPasswordConfig for the Sentinels')",
+        )
+        for path in sorted(inputs.provided - used)
+    )
     return problems
 
 
@@ -329,8 +387,12 @@ def route_cost_problems(routes: Sequence[Route], prices: Mapping[str, ModelPrice
     return problems
 
 
-def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack:
-    """Validate everything; raise ConfigError listing every problem, or return what the components need."""
+def validate_stack(raw: Mapping[str, Any], state: SecretState | SecretInputs) -> ValidatedStack:
+    """Validate everything; raise ConfigError listing every problem, or return what the components need.
+
+    `state` says which secrets are there: for the program, whether each secret config key is set and set as a
+    secret; for an `AgentBudgets` component, which secret inputs it was given.
+    """
     findings, view = _check_settings(raw)
 
     budgets, budget_policy = view.typed("budgets"), view.typed("budgetPolicy")
@@ -354,7 +416,7 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
         findings.problems.extend(message_size_problems(estimate, platform))
 
     if view.typed("providers") is not None and view.typed("redis") is not None:
-        findings.problems.extend(_secret_problems(expected_secret_keys(view).items(), state))
+        findings.problems.extend(_secret_problems(needed_secrets(view), state))
 
     if findings.problems:
         raise ConfigError(findings.problems)
@@ -371,7 +433,9 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState) -> ValidatedStack
 
 __all__ = [
     "ConfigError",
+    "NeededSecret",
     "Problem",
+    "SecretInputs",
     "SecretState",
     "ValidatedStack",
     "egress_problems",
@@ -379,6 +443,7 @@ __all__ = [
     "manages_egress_policies",
     "message_estimate",
     "message_size_problems",
+    "needed_secrets",
     "parse_settings",
     "validate_stack",
 ]

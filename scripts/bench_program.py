@@ -103,8 +103,8 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("build: egress shards", "components.stack:ActorEgressPolicies"),
     ("build: budget policy", "components.stack:Budgets"),
 )
-VALIDATE = ("validate (all)", "components.program:load")
-BUILD = ("build (all)", "components.program:build_stack")
+VALIDATE = ("validate (all)", "agent_budgets.component:validate_stack")
+BUILD = ("build (all)", "agent_budgets.component:build_stack")
 
 
 @dataclass

@@ -14,7 +14,9 @@ The pages and what writes them:
 * docs/dashboard.md: what each dashboard panel answers, for Pulumi.prod.yaml with the dashboard on
   (core/dashboard.py);
 * docs/budgets.md: each limit's worst case next to what a seeded simulation of enforcement reached
-  (tests/support/enforcement.py, `make simulate`).
+  (tests/support/enforcement.py, `make simulate`);
+* plugin/schema.json (a whole file): the component package's schema, inferred in this process from
+  `AgentBudgets` as the plugin's GetSchema answers it (agent_budgets/package.py).
 
 tests/test_generated_docs.py runs the same generators on every `make test` and fails while a page is stale.
 """
@@ -135,6 +137,29 @@ DOCS: dict[str, Callable[[], dict[str, str]]] = {
 }
 
 
+def package_schema_text() -> str:
+    """plugin/schema.json."""
+    from agent_budgets.package import schema_text
+
+    return schema_text()
+
+
+# Files that code writes whole.
+FILES: dict[str, Callable[[], str]] = {"plugin/schema.json": package_schema_text}
+
+
+def sync_file(path: Path, text: str, check: bool, shown_as: str) -> int:
+    """Write `text` to `path` (or with `check`, compare); 1 when the committed file differed."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return 0
+    if check:
+        print(f"{shown_as} is out of date: run `{COMMAND}`", file=sys.stderr)
+        return 1
+    path.write_text(text, encoding="utf-8")
+    print(f"updated {shown_as}")
+    return 0
+
+
 def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     """Write (or with --check, compare) every generated block; the exit status says whether all were current."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -143,6 +168,8 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     status = 0
     for page, generate in DOCS.items():
         status |= sync_document(root / page, generate(), check=args.check, command=COMMAND, shown_as=page)
+    for name, render in FILES.items():
+        status |= sync_file(root / name, render(), check=args.check, shown_as=name)
     return status
 
 

@@ -42,11 +42,19 @@ def test_core_never_imports_pulumi_or_components(path):
     assert forbidden == set(), f"{path.name} imports {sorted(forbidden)}: core/ must stay pure"
 
 
-def test_program_and_stack_do_not_import_each_other():
+def test_the_program_builds_agent_budgets_which_builds_the_stack():
+    """__main__.py → AgentBudgets (agent_budgets/component.py) → components.stack; components.program only reads
+    the stack's configuration, and nothing under components/ imports the program or the component."""
+    main = imported_modules(ROOT / "__main__.py")
     program = imported_modules(ROOT / "components" / "program.py")
-    stack = imported_modules(ROOT / "components" / "stack.py")
-    assert "components.stack" in program
-    assert "components.program" not in stack
+    component = imported_modules(ROOT / "agent_budgets" / "component.py")
+    assert {"agent_budgets", "components.program"} <= main
+    assert "components.stack" in component
+    assert "components.stack" not in program
+    for path in (ROOT / "components").glob("*.py"):
+        imported = imported_modules(path)
+        assert "components.program" not in imported, path.name
+        assert not any(name.split(".")[0] == "agent_budgets" for name in imported if path.stem != "program"), path.name
 
 
 def test_the_dynamic_provider_keeps_its_import_path():

@@ -45,7 +45,7 @@ def test_make_docs_runs_the_generator():
 
 
 def test_the_check_mode_fails_on_a_stale_page_and_the_write_mode_repairs_it(tmp_path, monkeypatch, outputs):
-    for page in gen_docs.DOCS:
+    for page in [*gen_docs.DOCS, *gen_docs.FILES]:
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / page, tmp_path / page)
     stale = tmp_path / "docs" / "outputs.md"

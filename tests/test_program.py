@@ -271,6 +271,7 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(dev):
 
 
 COMPONENT_TYPES = {
+    "agent-budgets:index:AgentBudgets",
     "agent-budgets:platform:Platform",
     "agent-budgets:platform:RateLimitStore",
     "agent-budgets:gateway:ModelGateway",
@@ -291,12 +292,15 @@ def test_every_component_registers_its_outputs(dev):
     assert dev.monitor.outputs[models.urn] == {"routes": ["mock-small", "mock-large"], "providers": ["mock"]}
 
 
-def test_every_resource_is_a_child_of_a_component_except_the_provider(dev):
-    """Children get parent=self; only the components and the Kubernetes provider sit at the root."""
+def test_every_resource_is_a_child_of_a_component_and_only_agent_budgets_sits_at_the_root(dev):
+    """Children get parent=self; the one AgentBudgets sits at the root, and holds the other components and the
+    Kubernetes provider (tests/test_agent_budgets_urns.py proves that they keep their URNs through aliases)."""
     component_urns = {r.urn for r in dev.monitor.registrations if r.type.startswith("agent-budgets:")}
+    [root] = [r for r in dev.monitor.registrations if r.parent.split("::")[2] == "pulumi:pulumi:Stack"]
+    assert root.type == "agent-budgets:index:AgentBudgets"
     for registration in dev.monitor.registrations:
         if registration.type.startswith("agent-budgets:") or registration.type == "pulumi:providers:kubernetes":
-            assert "pulumi:pulumi:Stack" in registration.parent
+            assert registration is root or registration.parent in component_urns
         else:
             assert registration.parent in component_urns, f"{registration.type} {registration.name} has no component"
     [generated] = [r for r in dev.monitor.registrations if r.name == "models-mock-generated-key"]

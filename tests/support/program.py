@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import runpy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,10 @@ def run_program(
     plain: dict[str, str] | None = None,
     stack: str = "test",
     mocks: RecordingMocks | None = None,
+    main: Callable[[], None] | None = None,
 ) -> ProgramRun:
-    """Run `__main__.py` with `agent-budgets:<key>` config; `secrets` are set as secret config."""
+    """Run `__main__.py` (or `main`, a program of another shape) with `agent-budgets:<key>` config; `secrets` are
+    set as secret config."""
     all_config = {f"{PROJECT}:{key}": json.dumps(value) for key, value in config.items()}
     for key, value in (secrets or {}).items():
         all_config[f"{PROJECT}:{key}"] = value
@@ -192,7 +195,10 @@ def run_program(
 
     @pulumi.runtime.test
     def program() -> None:
-        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        if main is not None:
+            main()
+        else:
+            runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
 
     before = len(RecordingMonitor.instances)
     with (
