@@ -28,9 +28,11 @@ each applied document. What each tool answers, and what it follows:
   pool design rereads its pool at most once a minute (main.go @d172cb1d): the fake's pod serves the key ids
   of the pool it read when it started, as a pod within that minute of a rotation does.
   EndpointSlices follow (discovery.k8s.io/v1, label kubernetes.io/service-name).
-* Pods: a Pod's spec is immutable, so applying a changed spec over an existing Pod is refused (`The Pod "NAME"
-  is invalid: spec: Forbidden: pod updates may not change fields other than ...`, exit 1) and an unchanged one
-  is left as it is, finished or not (k8s.io/kubernetes pkg/apis/core/validation ValidatePodUpdate). The smoke
+* Pods: a Pod's spec is immutable but for a few fields, so applying a spec changed elsewhere over an existing Pod
+  is refused (`The Pod "NAME" is invalid: spec: Forbidden: pod updates may not change fields other than ...`,
+  exit 1; k8s.io/kubernetes pkg/apis/core/validation ValidatePodUpdate, `pod_update_problem` below), and one that
+  changes only those fields (a container's image, say) or nothing is accepted and left as it was, finished or
+  not: a finished pod is not rerun. The smoke
   pod (`scripts/idp/smoke-pod.yaml.tmpl`) runs when it is created: it finishes Succeeded with the line
   `scripts/idp/fetch_jwks.py` prints for the served key set when the URL's host is in the IdP's certificate
   and the trust it projects (a ClusterTrustBundle by name, or a ConfigMap) exists, and the URL's path is the
@@ -125,6 +127,45 @@ def option(args: list[str], *names: str) -> str | None:
             if arg.startswith(name + "="):
                 return arg.split("=", 1)[1]
     return None
+
+
+POD_UPDATABLE = (
+    "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
+    "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+
+
+def pod_update_problem(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why the API server refuses to change a Pod's spec from `old` to `new`, or None (ValidatePodUpdate,
+    k8s.io/kubernetes pkg/apis/core/validation/validation.go): the same containers, with only their images
+    changed; activeDeadlineSeconds kept, set or lowered (never raised or removed); tolerations only added to;
+    terminationGracePeriodSeconds set to 1 only from a negative value. Everything else is immutable (resources
+    change only through the resize subresource, which `kubectl apply` does not use)."""
+    for group in ("containers", "initContainers"):
+        if len(new.get(group) or []) != len(old.get(group) or []):
+            return f"spec.{group}: Forbidden: pod updates may not add or remove containers"
+    old_deadline, new_deadline = old.get("activeDeadlineSeconds"), new.get("activeDeadlineSeconds")
+    deadline = "spec.activeDeadlineSeconds: Invalid value"
+    if old_deadline is not None and new_deadline is None:
+        return f'{deadline}: "null": must not update from a positive integer to nil value'
+    if old_deadline is not None and new_deadline > old_deadline:
+        return f"{deadline}: {new_deadline}: must be less than or equal to previous value"
+    old_tolerations, new_tolerations = old.get("tolerations") or [], new.get("tolerations") or []
+    if any(toleration not in new_tolerations for toleration in old_tolerations):
+        return "spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"
+    munged = {**new}
+    for group in ("containers", "initContainers"):
+        if group in new:
+            munged[group] = [{**c, "image": o.get("image")} for c, o in zip(new[group], old[group], strict=True)]
+    for name in ("activeDeadlineSeconds", "tolerations"):
+        munged.pop(name, None)
+        if name in old:
+            munged[name] = old[name]
+    grace = old.get("terminationGracePeriodSeconds")
+    if grace is not None and grace < 0 and new.get("terminationGracePeriodSeconds") == 1:
+        munged["terminationGracePeriodSeconds"] = grace
+    return None if munged == old else f"spec: Forbidden: {POD_UPDATABLE}"
 
 
 class Cluster:
@@ -286,14 +327,14 @@ class Cluster:
             k = key(kind, namespace, meta["name"])
             before = self.objects.get(k)
             if kind == "Pod" and before is not None:
-                if before.get("spec") != document.get("spec"):
-                    raise ToolError(
-                        f'The Pod "{meta["name"]}" is invalid: spec: Forbidden: pod updates may not change fields '
-                        "other than `spec.containers[*].image`, `spec.initContainers[*].image`, "
-                        "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations), "
-                        "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
-                    )
-                lines.append(f"pod/{meta['name']} unchanged")
+                problem = pod_update_problem(before.get("spec") or {}, document.get("spec") or {})
+                if problem:
+                    raise ToolError(f'The Pod "{meta["name"]}" is invalid: {problem}')
+                # Accepted: the mutable fields and metadata take the new values; a finished pod stays finished
+                # with its log (the kubelet does not rerun a terminated pod of restartPolicy Never).
+                updated = {**before, **{k: v for k, v in document.items() if k != "status"}}
+                lines.append(f"pod/{meta['name']} {'unchanged' if updated == before else 'configured'}")
+                self.objects[k] = updated
                 continue
             stored = {key_: value for key_, value in document.items() if key_ != "status"}
             if before is not None and "status" in before:

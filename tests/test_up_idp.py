@@ -269,6 +269,51 @@ def _ok(stage: Stage) -> None:
     assert stage.done.returncode == 0, stage.done.stderr
 
 
+# --- the fake cluster ----------------------------------------------------------------------------------
+
+
+def test_the_fake_applies_over_an_existing_pod_as_the_api_server_does(env):
+    """ValidatePodUpdate: only a container's image, a lower activeDeadlineSeconds and added tolerations may
+    change; anything else is refused, and an accepted change leaves a finished pod finished (never rerun)."""
+
+    def apply(pod: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(env.bin / "kubectl"), "--context", "kind-x", "apply", "-f", "-"],
+            input=json.dumps(pod),
+            env={"PATH": f"{env.bin}:/usr/bin:/bin", "FAKE_DEVCLUSTER": str(env.state)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    container = {"name": "fetch", "image": "python:3.11-alpine", "command": ["python", "-V"]}
+    spec = {"restartPolicy": "Never", "activeDeadlineSeconds": 120, "containers": [container]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job", "namespace": "ate-system"}, "spec": spec}
+    assert apply(pod).stdout == "pods/job created\n"
+    state = env.cluster()
+    state["objects"]["Pod/ate-system/job"]["status"] = {"phase": "Succeeded"}
+    env.save(state)
+    assert apply(pod).stdout == "pod/job unchanged\n"
+    newer = {**container, "image": "python:3.12-alpine"}
+    changed = {**pod, "spec": {**spec, "containers": [newer], "activeDeadlineSeconds": 60, "tolerations": [{}]}}
+    assert apply(changed).stdout == "pod/job configured\n"
+    stored = env.cluster()["objects"]["Pod/ate-system/job"]
+    assert (stored["spec"], stored["status"]) == (changed["spec"], {"phase": "Succeeded"})
+    refused = [
+        ({**changed["spec"], "containers": [{**newer, "command": ["python", "-c", "1"]}]}, "spec: Forbidden: pod"),
+        ({**changed["spec"], "containers": [newer, {**newer, "name": "two"}]}, "may not add or remove containers"),
+        ({**changed["spec"], "activeDeadlineSeconds": 600}, "must be less than or equal to previous value"),
+        ({**changed["spec"], "activeDeadlineSeconds": None}, "must not update from a positive integer to nil"),
+        ({**changed["spec"], "tolerations": []}, "existing toleration can not be modified"),
+    ]
+    for new_spec, said in refused:
+        done = apply({**pod, "spec": {k: v for k, v in new_spec.items() if v is not None}})
+        assert (done.returncode, done.stdout) == (1, ""), new_spec
+        assert done.stderr.startswith('The Pod "job" is invalid: ') and said in done.stderr, done.stderr
+    assert env.cluster()["objects"]["Pod/ate-system/job"] == stored
+
+
 # --- make -n up -----------------------------------------------------------------------------------------
 
 
@@ -471,6 +516,14 @@ def story(tmp_path_factory) -> dict[str, Stage]:
     state = env.cluster()
     state["pods"]["ate-system/ate-idp-server"]["sans"] = []
     env.save(state)
+    # And a smoke pod left by an interrupted run: finished, its log claiming a success that is no longer true, and
+    # made by an older make up (another image: a field the API server lets an apply change, leaving the pod
+    # finished). A Pod's other fields are immutable and a finished one is not rerun, so the step must replace it.
+    stale = story["no-trust-bundle"].one_applied("Pod")
+    stale["spec"]["containers"][0]["image"] = "python:3.11-alpine"
+    stale["status"] = {"phase": "Succeeded"}
+    stale["log"] = json.dumps({"ok": True, "kids": ["1"], "jwks": {"keys": []}})
+    env.seed(stale)
     story["stale-certificate"] = env.run("substrate-idp")
     story["forced"] = env.run("substrate-idp", FORCE_IDP_DEPLOY="1")
 
@@ -488,7 +541,7 @@ def story(tmp_path_factory) -> dict[str, Stage]:
             "trust": {"mode": "configMap", "configMap": "idp-ca"},
         }
     )
-    story["ca-missing"] = env.run("substrate-idp")
+    story["ca-missing"] = env.run("substrate-idp", SMOKE_WAIT_SECONDS="0")
     ca = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -595,12 +648,19 @@ def test_a_smoke_pod_that_cannot_start_names_the_trust_it_projects_and_falls_bac
 
 def test_an_unchanged_idp_is_not_rebuilt_and_a_certificate_without_its_name_falls_back(story):
     """A pod signed while no Service idp selected it has no idp.ate-system.svc name: the smoke check shows the
-    handshake error and what to do, and make up falls back. Nothing was rebuilt: the stamp is current."""
+    handshake error and what to do, and make up falls back. Nothing was rebuilt: the stamp is current. The
+    result is the new smoke pod's, not the one a stale pod of an interrupted run still shows."""
     stage = story["stale-certificate"]
     _ok(stage)
     assert "ate-idp-server is current" in stage.done.stdout
     assert stage.calls_of("ko") == []
     assert [d["kind"] for d in stage.applied] == ["ConfigMap", "Pod"]  # only the smoke check
+    # The stale pod was deleted (and waited for) before the new one was applied, which ran and failed.
+    kubectl = [c["argv"][2:] for c in stage.calls_of("kubectl")]
+    delete = ["-n", "ate-system", "delete", "pod", "agent-budgets-idp-smoke", "--ignore-not-found", "--wait=true"]
+    apply_pod = next(i for i, c in enumerate(stage.calls_of("kubectl")) if "kind: Pod" in c["stdin"])
+    assert delete in kubectl[:apply_pod]
+    assert "serves the signing keys" not in stage.done.stdout
     assert "Hostname mismatch, certificate is not valid for 'idp.ate-system.svc'" in stage.done.stderr
     assert "FORCE_IDP_DEPLOY=1 bash scripts/up.sh substrate-idp" in stage.done.stderr
     assert "FALLBACK: Envoy Gateway cannot use Substrate's IdP" in stage.done.stderr
