@@ -779,7 +779,8 @@ def _authorization_problems(resource: Resource, who: str, providers: list[dict[s
             f"{who}: authorization.defaultAction is Deny: every actor no Allow rule names is refused with 403. "
             "Set it to Allow and deny only suspended actors"
         )
-    names = {p.get("name") for p in providers}
+    # Only a string names a provider: a malformed name (a list, a number) must give a message, never a TypeError.
+    names = {name for p in providers if isinstance(name := p.get("name"), str)}
     allowed_before: list[int] = []
     for index, rule in enumerate(as_list(authorization.get("rules"))):
         if not isinstance(rule, dict) or has_unknown(rule):
@@ -811,10 +812,11 @@ def _authorization_problems(resource: Resource, who: str, providers: list[dict[s
                     "earlier Allow rule admits is never suspended. Put the suspension rules first"
                 )
             continue
-        if jwt.get("provider") not in names:
+        provider = jwt.get("provider")
+        if not isinstance(provider, str) or provider not in names:
             problems.append(
-                f"{where} reads claims of JWT provider {jwt.get('provider')!r}, which this policy does not define "
-                f"(have {sorted(n for n in names if isinstance(n, str))}): the rule never matches, so nobody is "
+                f"{where} reads claims of JWT provider {provider!r}, which this policy does not define "
+                f"(have {sorted(names)}): the rule never matches, so nobody is "
                 "suspended. Name the policy's provider"
             )
         for claim in sub_claims:

@@ -1094,6 +1094,24 @@ BROKEN: list[Broken] = [
         "reads claims of JWT provider 'someone-else', which this policy does not define",
         "SecurityPolicy agent-budgets/agent-budgets-jwt",
     ),
+    Broken(  # a malformed provider name (found by tests/test_policy_properties.py) gives a message, not a TypeError
+        "suspension-provider-named-by-a-list",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"]["providers"][0].update(name=["agent-substrate"]),
+        "reads claims of JWT provider 'agent-substrate', which this policy does not define (have [])",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "suspension-reads-a-provider-given-as-a-list",
+        rules.jwt_names_the_actor,
+        "dev-suspended",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][0]["principal"]["jwt"].update(
+            provider=["agent-substrate"]
+        ),
+        "reads claims of JWT provider ['agent-substrate'], which this policy does not define",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
     Broken(
         "suspension-after-an-allow-rule",
         rules.jwt_names_the_actor,
