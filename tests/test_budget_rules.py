@@ -38,7 +38,7 @@ from core.ratelimit_model import (
     rules_for_actor,
 )
 from core.settings import BudgetsConfig, ConfigError
-from tests.support.budgets import rich_layout
+from tests.support.budgets import MIXED_MODELS, mixed_layout, rich_layout
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -477,3 +477,27 @@ def test_the_lookup_and_re2_find_the_same_rules_for_every_actor_and_every_near_m
         assert [(a.index, a.counter_key(120)) for a in found] == [(a.index, a.counter_key(120)) for a in expected]
     assert {len(lookup.for_actor(s)) for s in subjects} == {1, 2, 3}  # everyone else falls in the default
     assert lookup.applied({}) == matching.applied({}) == []  # no x-actor-id: no descriptor, no rule
+
+
+def test_the_lookup_and_re2_agree_for_actors_of_every_source_pools_and_per_model_limits():
+    """As above, over actors of all three identity sources: classes mixing them, pools of whole atespaces (a
+    pattern the lookup leaves to RE2, `[^/]+`) and of listed members, per-model limits (`x-ai-eg-model`, Exact and
+    an alternation of escaped names), several exclusion slots; each actor and each near miss (another source's form
+    of the same names, an atespace pool's look-alikes) asked with each model, none and another."""
+    actors, rules, _, near = mixed_layout()
+    specs = rules.specs()
+    lookup = PolicyModel(NS, NAME, specs)
+    matching = PolicyModel(NS, NAME, specs, literal_patterns=False)
+    subjects = [actor_header_value(actor) for actor in actors] + near
+    subjects += [s + "x" for s in subjects[::7]] + [s[:-1] for s in subjects[::7]]
+    models = [{}, *({"x-ai-eg-model": m} for m in (*MIXED_MODELS, "gpt-4o", "GPT-4.1", "gpt-4x1"))]
+    pooled = set()
+    for subject in subjects:
+        for probe in models:
+            found = lookup.applied({"X-Actor-Id": subject, **probe})
+            expected = matching.applied({"x-actor-id": subject, **probe})
+            assert [(a.index, a.counter_key(120)) for a in found] == [(a.index, a.counter_key(120)) for a in expected]
+            pooled |= {a.index for a in found if rules.rules[a.index].pooled}
+    assert pooled == {rule.index for rule in rules.limit_rules if rule.pooled and rule.budget != "retired"}
+    for probe in models:
+        assert lookup.applied(probe) == matching.applied(probe) == []

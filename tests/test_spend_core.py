@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core import spend
 from core.budget_rules import BudgetRules, CompiledRule, LimitSpec, compile_budget_rules
-from core.identity import actor_header_value
+from core.identity import actor_header_value, actor_source
 from core.ratelimit_model import PolicyModel, rules_for_actor
 from core.settings import BudgetsConfig
-from tests.support.budgets import rich_layout
+from tests.support.budgets import MIXED_MODELS, mixed_layout, rich_layout
 
 NOW = 1796064480  # 2026-11-30T18:48:00Z
 DAY_END = 1796083200
@@ -368,3 +368,38 @@ def test_a_pool_row_shows_the_shared_counter_once_and_only_the_shares_that_can_b
         'agent_budgets_spent_usd{stack="s",actor="",budget="pool:research",rule="9",limit="0",per="Day"} 30.0'
         in metrics
     )
+
+
+def test_the_plan_matches_the_model_for_actors_of_every_source_in_classes_pools_and_per_model_limits():
+    """The oracle over a layout with Substrate actors, service accounts and API keys together (classes mixing them,
+    pools of whole atespaces and of listed members of every source, per-model limits with escaped names, several
+    exclusion slots): the rate-limit model matches every pattern with RE2 for a request of each actor naming each
+    model (and none, and another); every counter it charges must be one the plan reads, under the same key, and a
+    pool's counter must list exactly the actors whose calls the model charges to it."""
+    actors, rules, suspended, _ = mixed_layout()
+    assert rules.slots_used > 1 and len({actor_source(actor) for actor in actors}) == 3
+    plan = spend.plan_counters(actors, rules, "ns", "p", NOW, suspended=suspended)
+    model = PolicyModel("ns", "p", rules.specs(), literal_patterns=False)
+    own: dict[str, set[tuple[int, str]]] = {actor: set() for actor in actors}
+    pooled: dict[tuple[int, str], set[str]] = {}
+    for actor in actors:
+        for probe in ({}, *({"x-ai-eg-model": m} for m in (*MIXED_MODELS, "gpt-4o"))):
+            for applied in model.applied({"x-actor-id": actor_header_value(actor), **probe}):
+                assert not rules.rules[applied.index].reserved, (actor, applied.index)
+                if rules.rules[applied.index].pooled:
+                    pooled.setdefault((applied.index, applied.counter_key(NOW)), set()).add(actor)
+                else:
+                    own[actor].add((applied.index, applied.counter_key(NOW)))
+    planned_own: dict[str, set[tuple[int, str]]] = {actor: set() for actor in actors}
+    planned_pools: dict[tuple[int, str], set[str]] = {}
+    for c in plan.counters:
+        if c.pool is None:
+            planned_own[c.actor].add((c.rule, c.key))
+            assert c.suspended == (c.actor in suspended) and c.subject == actor_header_value(c.actor)
+        else:
+            planned_pools[(c.rule, c.key)] = set(c.members)
+    assert planned_own == own
+    assert planned_pools == pooled
+    assert {c.budget for c in plan.counters if c.pool is not None} == {"pool:whole", "pool:listed"}
+    per_model = {c.models for c in plan.counters}
+    assert {(), ("gpt-4.1", "gpt-4.1-mini"), ("claude-3.5:sonnet",), ("gpt-4.1",)} <= per_model

@@ -55,3 +55,73 @@ def classes_layout(
             for c in range(classes)
         ],
     }
+
+
+MIXED_MODELS = ("gpt-4.1", "gpt-4.1-mini", "claude-3.5:sonnet")
+"""The models the mixed layout's per-model limits name (with `.` and `:`, which their patterns escape), and a probe
+of each for the oracles; a request naming no model, or another one, is probed too."""
+
+
+def mixed_layout() -> tuple[list[str], BudgetRules, set[str], list[str]]:
+    """Actors of all three identity sources in one layout: Substrate actors in three atespaces (one named `apikey`,
+    one `actor`), service accounts (namespaces that share those names, names with `.`), API keys (one named like an
+    atespace); classes mixing the sources, per-model limits (Exact and an alternation of escaped names), pools of a
+    whole atespace, of listed members of every source, and a retired one; limitSlots 3, classSlots 4, exclusion
+    slots over several packed chunks, suspended actors of every source.
+
+    Returns the actors, the compiled rules, the suspended actors and near misses: `x-actor-id` values no actor has
+    but that sit next to the listed ones (another source's form of the same names, a pool atespace's look-alikes).
+    """
+    substrate = [f"{space}/bot-{n:03d}" for space in ("agents", "apikey", "actor") for n in range(40)]
+    accounts = [f"serviceaccount:{ns}/sa-{n:03d}" for ns in ("agents", "apikey", "ml") for n in range(30)]
+    accounts += ["serviceaccount:agents/research.bot", "serviceaccount:actor/bot-001"]
+    accounts += [f"serviceaccount:ml/trainer.with-a-long-name-{n:03d}" for n in range(60)]  # several exclusion slots
+    keys = [f"apikey:key-{n:03d}" for n in range(40)] + ["apikey:agents", "apikey:bot-001"]
+    actors = substrate + accounts + keys
+    classes = [
+        {
+            "name": "mixed",
+            "limits": [{"tokens": 9000, "per": "Hour"}, {"usd": 3, "per": "Day", "models": list(MIXED_MODELS[:2])}],
+            "actors": [substrate[1], accounts[1], keys[1], "serviceaccount:agents/research.bot"],
+        },
+        {
+            "name": "keys",
+            "limits": [{"calls": 50, "per": "Minute", "models": [MIXED_MODELS[2]]}],
+            "actors": keys[10:30],
+        },
+        {"name": "accounts", "tokens": 700, "per": "Day", "actors": accounts[5:60:3] + accounts[-60:-33]},
+        {"name": "trainers", "tokens": 800, "per": "Day", "actors": accounts[-33:-1]},
+    ]
+    pools = [
+        {"name": "whole", "atespaces": ["agents", "apikey"], "limits": [{"usd": 50, "per": "Day"}]},
+        {
+            "name": "listed",
+            "members": [substrate[90], accounts[2], accounts[40], keys[3], "apikey:agents"],
+            "atespaces": ["actor"],
+            "limits": [
+                {"tokens": 1000, "per": "Hour", "count": "output"},
+                {"calls": 9, "per": "Minute", "models": [MIXED_MODELS[0]]},
+            ],
+        },
+        {"name": "retired", "limits": [{"tokens": 1, "per": "Day"}]},
+    ]
+    budgets = BudgetsConfig.model_validate(
+        {
+            "default": {
+                "limits": [
+                    {"tokens": 500, "per": "Day"},
+                    {"usd": 2, "per": "Hour", "models": list(MIXED_MODELS)},
+                    {"tokens": 90, "per": "Hour", "count": "input", "models": [MIXED_MODELS[1]]},
+                ]
+            },
+            "classes": classes,
+            "pools": pools,
+        }
+    )
+    rules = compile_budget_rules(budgets, exclusion_slots=6, limit_slots=3, class_slots=4)
+    suspended = {actor for n, actor in enumerate(actors) if n % 11 == 0}
+    near = ["system:serviceaccount:agents:bot-000", "actor/agents/sa-000", "apikey.bot-000", "actor/agents"]
+    near += ["actor/agents/", "actor/agents/a/b", "actor/apikey/key-000", "system:serviceaccount:apikey:key-000"]
+    near += ["apikey.apikey", "actor/actor/sa-000", "actor/ml/x", "system:serviceaccount:actor:bot-000"]
+    near += ["system:serviceaccount:agents:research", "system:serviceaccount:agents:researchxbot", "apikey.Agents"]
+    return actors, rules, suspended, near
