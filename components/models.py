@@ -28,6 +28,7 @@ class Models(pulumi.ComponentResource):
         gateway_crds: Sequence[pulumi.Resource] = (),
         ai_crds: Sequence[pulumi.Resource] = (),
         namespace: Sequence[pulumi.Resource] = (),
+        route_dependencies: Sequence[pulumi.Resource] = (),  # what must exist before a route is served
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("agent-budgets:models:Models", name, None, opts)
@@ -62,6 +63,8 @@ class Models(pulumi.ComponentResource):
             if manifest.kind == "BackendSecurityPolicy":
                 provider_name = manifest.name.removesuffix("-key")
                 depends.append(self.key_secrets[provider_name])
+            if manifest.kind == "AIGatewayRoute":
+                depends.extend(route_dependencies)
             self.resources[f"{manifest.kind}/{manifest.name}"] = custom_resource(manifest, self, depends)
         self.register_outputs(
             {

@@ -118,6 +118,26 @@ def build_stack(
             "service-account-trust", settings, depends_on=trust_dependencies, opts=with_cluster
         )
         jwks_sources.extend(service_accounts.jwks_dependencies)
+    budgets = Budgets(
+        "budgets",
+        settings,
+        rules,
+        crds=[*deps.envoy_gateway, *namespace],
+        jwks_sources=jwks_sources,
+        rate_limit_store=deps.rate_limit_store,
+        opts=with_cluster,
+    )
+    api_keys: ApiKeys | None = None
+    if settings.identity.api_keys_enabled:
+        api_keys = ApiKeys("api-keys", settings, crds=deps.envoy_gateway, namespace=namespace, opts=with_cluster)
+    # No route is served before the policies that name its callers and count their spend exist: a route without
+    # them would answer anyone, and with no verified x-actor-id no budget rule would charge the call. Should a policy
+    # fail to create, the routes are not created either (closed, not open).
+    route_dependencies: list[pulumi.Resource] = [
+        *([budgets.jwt_policy] if budgets.jwt_policy is not None else []),
+        *([api_keys.policy] if api_keys is not None else []),
+        budgets.budget_policy,
+    ]
     keys = {name: pulumi.Output.secret(key) for name, key in secrets.provider_api_keys.items()}
     models = Models(
         "models",
@@ -126,6 +146,7 @@ def build_stack(
         gateway_crds=deps.envoy_gateway,
         ai_crds=deps.agent_router_crds,
         namespace=namespace,
+        route_dependencies=route_dependencies,
         opts=with_cluster,
     )
     mock = settings.mock_provider
@@ -139,18 +160,6 @@ def build_stack(
             namespace=namespace,
             opts=with_cluster,
         )
-    Budgets(
-        "budgets",
-        settings,
-        rules,
-        crds=[*deps.envoy_gateway, *namespace],
-        jwks_sources=jwks_sources,
-        rate_limit_store=deps.rate_limit_store,
-        opts=with_cluster,
-    )
-    api_keys: ApiKeys | None = None
-    if settings.identity.api_keys_enabled:
-        api_keys = ApiKeys("api-keys", settings, crds=deps.envoy_gateway, namespace=namespace, opts=with_cluster)
     if settings.monitoring.prometheus_rules:
         Monitoring("monitoring", settings, rules, namespace=namespace, opts=with_cluster)
     if settings.monitoring.dashboard:

@@ -431,3 +431,22 @@ def test_suspending_an_actor_of_any_source_never_changes_a_listener(mixed, suspe
     identity = {"sources": ["substrate", "kubernetes", "apiKeys"], "apiKeys": {"rotations": {KEY: 1}}}
     rotated = _listener_filters(run_program(identities(identity=identity)))
     assert rotated["http"] == before["http"] and rotated["apikeys"] != before["apikeys"]
+
+
+@pytest.mark.parametrize("sources", [["substrate"], ["substrate", "kubernetes", "apiKeys"], ["apiKeys"]])
+def test_no_route_is_created_before_the_policies_that_authenticate_and_meter_its_calls(mixed, sources):
+    """Without its SecurityPolicy a listener answers anyone, and a call with no verified x-actor-id matches no budget
+    rule: each AIGatewayRoute waits for every identity policy and the budget policy, so a first `pulumi up` never
+    serves a route ahead of them, and a policy that fails to create leaves the models unreachable, not open."""
+    if sources == ["substrate", "kubernetes", "apiKeys"]:
+        run = mixed
+    else:
+        actors = ["apikey:ci-bot"] if sources == ["apiKeys"] else ["agents/actor-a"]
+        budgets = {"default": {"tokens": 9, "per": "Day"}}
+        run = run_program(identities(identity={"sources": sources}, actors=actors, budgets=budgets))
+    guards = {r.urn for r in run.monitor.of_type(":SecurityPolicy")} | {run.monitor.one("BackendTrafficPolicy").urn}
+    assert len(guards) == (3 if len(sources) == 3 else 2)
+    routes = run.monitor.of_type("AIGatewayRoute")
+    assert routes
+    for route in routes:
+        assert guards <= route.dependencies, route.name
