@@ -242,6 +242,28 @@ def test_actor_selects_one_actor_by_id_or_subject(tmp_path, redis_db, cluster):
         ]
 
 
+def test_actor_selects_a_service_account_or_an_api_key_by_id_or_x_actor_id(tmp_path, redis_db, cluster):
+    """`make spend --actor` for the other identity sources: the counters ratelimit wrote under each one's
+    x-actor-id (keys written by hand, as cache_key.go lays them out), found by the id or by the header value."""
+    config = in_cluster_config(
+        identity={"sources": ["substrate", "kubernetes", "apiKeys"]},
+        actors=["agents/actor-a", "serviceaccount:ns/bot.v2", "apikey:ci-bot"],
+        budgets={**BUDGETS, "classes": [{**BUDGETS["classes"][0], "actors": ["apikey:ci-bot"]}]},
+    )
+    project = write_project(tmp_path, {"dev": config})
+    client = redis_db.client()
+    charge(client, upstream_key(0, "system:serviceaccount:ns:bot.v2", DAY_START), 120, 86_400)
+    charge(client, upstream_key(1, "apikey.ci-bot", DAY_START), 700, 86_400)
+    for name, expected in (
+        ("serviceaccount:ns/bot.v2", ("serviceaccount:ns/bot.v2", "default", 120)),
+        ("system:serviceaccount:ns:bot.v2", ("serviceaccount:ns/bot.v2", "default", 120)),
+        ("apikey.ci-bot", ("apikey:ci-bot", "large", 700)),
+    ):
+        status, out, err = spend_run(project, "--json", "--actor", name, kubectl=cluster.kubectl)
+        assert (status, err) == (0, ""), name
+        assert [(r["actor"], r["budget"], r["spent"]) for r in json.loads(out)["rows"]] == [expected], name
+
+
 def test_unknown_actor_is_refused_before_anything_is_read(tmp_path, cluster):
     project = write_project(tmp_path, {"dev": in_cluster_config()})
     status, out, err = spend_run(project, "--actor", "agents/nobody", kubectl=cluster.kubectl)
