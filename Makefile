@@ -35,8 +35,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	@if ls scripts/*.sh >/dev/null 2>&1; then $(BIN)/shellcheck scripts/*.sh; fi
 
+# One pytest worker per CPU (pytest-xdist), each test file on one worker, so a module's shared fixtures run once.
 unit: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test: lint unit
 

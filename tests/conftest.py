@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 from tests.support.ci import skip_or_fail
-from tests.support.crds import summary_lines
+from tests.support.crds import CEL_STATS, summary_lines
 from tests.support.properties import DEFAULT_PROFILE
 from tests.support.redis_server import LocalRedis, local_redis, redis_binaries
 
@@ -33,8 +33,24 @@ for _variable in GIT_REPOSITORY_VARIABLES:
     os.environ.pop(_variable, None)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """A pytest-xdist worker (`make test` runs several) hands its CRD validation totals to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["crd_stats"] = CEL_STATS.as_plain()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: add each worker's CRD validation totals to the summary below."""
+    stats = getattr(node, "workeroutput", {}).get("crd_stats")
+    if stats is not None:
+        CEL_STATS.merge(stats)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Print how many objects met the CRD schemas and how many CEL rules were really evaluated."""
+    """Print how many objects met the CRD schemas and how many CEL rules were really evaluated (over every
+    worker of the run)."""
     lines = summary_lines()
     if lines:
         terminalreporter.write_sep("-", "CRD validation")

@@ -150,6 +150,27 @@ class CelStats:
         for rule, reason in unsupported.items():
             self.unsupported_rules.setdefault(rule, reason)
 
+    def as_plain(self) -> dict[str, Any]:
+        """The totals as plain data, for a pytest-xdist worker to hand to the controller (`merge`)."""
+        return {
+            "objects": self.objects,
+            "evaluated": self.evaluated,
+            "unsupported": self.unsupported,
+            "skipped_transition": self.skipped_transition,
+            "kinds": dict(self.kinds),
+            "unsupported_rules": dict(self.unsupported_rules),
+        }
+
+    def merge(self, other: Mapping[str, Any]) -> None:
+        """Add another process's totals (`as_plain`), so that `make test` sums what every worker validated."""
+        self.objects += other["objects"]
+        self.evaluated += other["evaluated"]
+        self.unsupported += other["unsupported"]
+        self.skipped_transition += other["skipped_transition"]
+        self.kinds.update(other["kinds"])
+        for rule, reason in other["unsupported_rules"].items():
+            self.unsupported_rules.setdefault(rule, reason)
+
 
 CEL_STATS = CelStats()
 
