@@ -96,21 +96,26 @@ class ActorRef:
     @property
     def value_prefix(self) -> str:
         """What every `x-actor-id` value of this source starts with."""
-        return {
-            SUBSTRATE: SUBSTRATE_SUBJECT_PREFIX,
-            KUBERNETES: SERVICE_ACCOUNT_SUBJECT_PREFIX,
-            API_KEYS: API_KEY_CLIENT_PREFIX,
-        }[self.source]
+        return _VALUE_PREFIXES[self.source]
 
     @property
     def separator(self) -> str:
         """What stands between the group and the name in the `x-actor-id` value ('' without a group)."""
-        return {SUBSTRATE: "/", KUBERNETES: ":", API_KEYS: ""}[self.source]
+        return _SEPARATORS[self.source]
 
-    @property
+    @functools.cached_property
     def header_value(self) -> str:
-        """The `x-actor-id` value of this actor's verified calls."""
+        """The `x-actor-id` value of this actor's verified calls (worked out once: `parse_actor_id` keeps the
+        ref of each id, and the budget layout and the spend report ask for every actor's value)."""
         return f"{self.value_prefix}{self.group}{self.separator}{self.name}"
+
+
+_VALUE_PREFIXES: dict[SourceName, str] = {
+    SUBSTRATE: SUBSTRATE_SUBJECT_PREFIX,
+    KUBERNETES: SERVICE_ACCOUNT_SUBJECT_PREFIX,
+    API_KEYS: API_KEY_CLIENT_PREFIX,
+}
+_SEPARATORS: dict[SourceName, str] = {SUBSTRATE: "/", KUBERNETES: ":", API_KEYS: ""}
 
 
 def _substrate(text: str) -> ActorRef | None:
