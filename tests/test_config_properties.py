@@ -35,7 +35,7 @@ from core.validation import ValidatedStack, expected_secret_keys, validate_stack
 from tests.support import kubernetes_schema
 from tests.support.crds import load_catalog
 from tests.support.program import run_program
-from tests.support.properties import examples
+from tests.support.properties import examples, explore_deadline
 from tests.support.stack_files import PREFIX, STACK_DOCUMENTS, GeneratedStack, stack_files
 
 
@@ -82,7 +82,7 @@ def validate(generated: GeneratedStack) -> ValidatedStack | None:
         return None
 
 
-@settings(max_examples=examples(400), deadline=5_000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=explore_deadline(5_000), suppress_health_check=[HealthCheck.too_slow])
 @given(stack_files())
 def test_every_generated_configuration_is_accepted_or_reported(generated: GeneratedStack) -> None:
     validated = validate(generated)
@@ -114,7 +114,7 @@ def catalog():
 @pytest.mark.filterwarnings("ignore:The recursion limit will not be reset")
 @settings(
     max_examples=examples(10),
-    deadline=30_000,
+    deadline=explore_deadline(30_000),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
 )
 @given(generated=stack_files())

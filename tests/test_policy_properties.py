@@ -18,7 +18,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
 from policy import rules
 from tests.support.mutations import mutated
-from tests.support.properties import examples
+from tests.support.properties import examples, explore_deadline
 from tests.test_policy_pack import STACKS, Captured, captured, validate
 
 
@@ -36,7 +36,7 @@ def malformed_stacks(draw: st.DrawFn) -> tuple[str, list[Captured], int]:
 
 @settings(
     max_examples=examples(60),
-    deadline=10_000,
+    deadline=explore_deadline(10_000),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(malformed_stacks())

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from tests.support.mutations import EXTREME_NUMBERS, odd_characters, odd_text
-from tests.support.properties import examples
+from tests.support.properties import examples, explore_deadline
 from tests.support.stack_files import ROOT, SECURE_VALUE, STACK_DOCUMENTS, GeneratedStack, stack_files
 from tools.spend import cli
 
@@ -137,7 +137,7 @@ def spend_options(draw: st.DrawFn, actors: list[str]) -> list[str]:
     return options
 
 
-@settings(max_examples=examples(120), deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=explore_deadline(10_000), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_options_end_with_a_documented_status_and_message(project, data) -> None:
     folder, environ, actors = project
