@@ -523,6 +523,34 @@ def provider_backend_manifest(settings: StackSettings, provider: Provider) -> Ma
     )
 
 
+def gateway_credential_headers(settings: StackSettings) -> list[str]:
+    """The request headers that carry an agent's gateway credential, which no provider may see: `authorization`
+    (the actor JWT, a service-account token, or an API key sent as a bearer token) and, with API keys on, every
+    header of `identity.apiKeys.headers`. Every AIServiceBackend removes them.
+
+    Why there, and not earlier: the API-key listener's `sanitize` removes the key headers only on that listener,
+    and a JWT caller may send `x-api-key` beside its token on the JWT listener. A ClientTrafficPolicy cannot do it
+    for the JWT listener alone without taking the Gateway-wide one's place there (envoyproxy/gateway v1.9.0
+    internal/gatewayapi/clienttrafficpolicy.go: a policy with a `sectionName` is translated first and the
+    Gateway's skips that listener), early removal on the API-key listener would hide the key from api_key_auth,
+    and a BackendTrafficPolicy has no request-header field (api/v1alpha1/backendtrafficpolicy_types.go). The
+    backend's `headerMutation` runs on every listener after every identity filter, in Agent Router's upstream
+    processor, and changes no listener: the controller writes it to the processor's filter configuration, not to
+    xDS (envoyproxy/ai-gateway v1.1.0 internal/controller/gateway.go `headerMutationToFilterAPI`, lowercased;
+    internal/headermutator/header_mutator.go removes each listed header the request has, also on a retry). The
+    provider's own key is set after the removal: internal/extproc/processor_impl.go appends the auth handler's
+    header (`Authorization: Bearer` for APIKey, `x-api-key` for AnthropicAPIKey, internal/backendauth) to the same
+    mutation, and Envoy's ext_proc applies every removal before any set (envoy
+    source/extensions/filters/http/ext_proc/mutation_utils.cc `applyHeaderMutations`). The list is a set of at
+    most 16 (the AIServiceBackend CRD: `x-kubernetes-list-type: set`, `maxItems: 16`); `authorization` comes first
+    and once, so a stack without API keys keeps exactly `[authorization]`.
+    """
+    removed = ["authorization"]
+    if settings.identity.api_keys_enabled:
+        removed += [header for header in settings.identity.api_keys.headers if header not in removed]
+    return removed
+
+
 def provider_manifests(settings: StackSettings, provider: Provider) -> list[Manifest]:
     """AIServiceBackend, BackendSecurityPolicy and (for TLS providers) BackendTLSPolicy of one provider.
 
@@ -530,8 +558,6 @@ def provider_manifests(settings: StackSettings, provider: Provider) -> list[Mani
     """
     ns = settings.gateway.namespace
     schema = api_schema(provider.kind)
-    # AnthropicAPIKey sets x-api-key only: without removing authorization the actor JWT would reach
-    # the provider. Removing it is safe everywhere: the provider key is set after the removal.
     service_backend = Manifest(
         "aigateway.envoyproxy.io/v1beta1",
         "AIServiceBackend",
@@ -540,7 +566,7 @@ def provider_manifests(settings: StackSettings, provider: Provider) -> list[Mani
         {
             "schema": {"name": schema},
             "backendRef": {"name": provider.name, "kind": "Backend", "group": ENVOY_GATEWAY_API},
-            "headerMutation": {"remove": ["authorization"]},
+            "headerMutation": {"remove": gateway_credential_headers(settings)},
         },
     )
     credential_type = "AnthropicAPIKey" if provider.kind == "anthropic" else "APIKey"

@@ -260,6 +260,8 @@ def test_an_actor_whose_source_is_not_enabled_is_one_problem_per_source():
         ({"kubernetes": {"jwksConfigMap": "Keys"}}, "is not a ConfigMap name"),
         ({"apiKeys": {"headers": ["X-Api-Key"]}}, "is not a lowercase HTTP header name"),
         ({"apiKeys": {"headers": ["x-actor-id"]}}, "a header the gateway itself sets"),
+        ({"apiKeys": {"headers": ["x-ai-eg-key"]}}, "a header Agent Router never removes"),
+        ({"apiKeys": {"headers": ["x-envoy-original-path"]}}, "a header Agent Router never removes"),
         ({"apiKeys": {"port": 0}}, "agent-budgets:identity.apiKeys.port"),
         ({"apiKeys": {"rotations": {"apikey:x": -1}}}, "agent-budgets:identity.apiKeys.rotations"),
         ({"apiKeys": {"rotations": {"apikey:x": "2"}}}, "agent-budgets:identity.apiKeys.rotations"),

@@ -30,6 +30,7 @@ from tests.support.gateway_auth import (
     Listener,
     Token,
     answer,
+    provider_request,
     refusal_message,
     secret_string_data,
 )
@@ -311,6 +312,80 @@ def test_each_source_s_caller_is_admitted_as_itself_whatever_x_actor_id_it_sends
     # The API key never goes upstream: every key header is removed once verified.
     outcome = answer(gateway["apikeys"], {"x-api-key": api_key(mixed, KEY), "authorization": "Bearer other"})
     assert "x-api-key" not in outcome.upstream_headers and "authorization" not in outcome.upstream_headers
+
+
+PROVIDER_KEYS = {"openaiApiKey": "sk-provider-openai-0123", "anthropicApiKey": "sk-ant-provider-4567"}
+
+
+def with_providers(**identity: Any) -> ProgramRun:
+    """The three sources with a mock, an OpenAI and an Anthropic provider, each behind a route of its own."""
+    config = identities(identity={"sources": ["substrate", "kubernetes", "apiKeys"], **identity})
+    config["providers"] = [
+        {"name": "mock", "kind": "mock"},
+        {"name": "openai", "kind": "openai"},
+        {"name": "anthropic", "kind": "anthropic"},
+    ]
+    config["routes"] = [
+        *config["routes"],
+        {"name": "gpt", "models": ["gpt-4.1"], "provider": "openai"},
+        {"name": "claude", "models": ["claude-sonnet-4-5"], "provider": "anthropic"},
+    ]
+    return run_program(config, secrets=PROVIDER_KEYS)
+
+
+def test_no_gateway_credential_reaches_a_provider_from_either_listener():
+    """An agent's gateway credential (its token, its API key, or an API key it sends beside a token on the JWT
+    listener) never reaches a provider, whichever listener it called: the provider sees its own key only, and the
+    verified x-actor-id. Each AIServiceBackend's remove list is checked against the pinned CRD (a set of at most 16:
+    `authorization` is in the default key headers too, and listed once)."""
+    run = with_providers()
+    catalog = load_catalog()
+    gateway = listeners(run)
+    key = api_key(run, KEY)
+    token = substrate("agents/actor-a")
+    calls = {
+        "a token with the agent's key beside it": ("http", {"authorization": token, "x-api-key": key}),
+        "a service-account token with a key beside it": (
+            "http",
+            {"authorization": service_account(SA), "x-api-key": key},
+        ),
+        "the key as x-api-key": ("apikeys", {"x-api-key": key}),
+        "the key as a bearer token": ("apikeys", {"authorization": f"Bearer {key}"}),
+    }
+    backends = run.of_kind("AIServiceBackend")
+    assert sorted(b.inputs["metadata"]["name"] for b in backends) == ["anthropic", "mock", "openai"]
+    for backend in backends:
+        assert catalog.validate(backend.as_object()).errors == []
+        name = backend.inputs["metadata"]["name"]
+        security = spec(run, "BackendSecurityPolicy", f"{name}-key")
+        own = {"openai": PROVIDER_KEYS["openaiApiKey"], "anthropic": PROVIDER_KEYS["anthropicApiKey"]}.get(name, "mk")
+        for what, (listener, headers) in calls.items():
+            outcome = answer(gateway[listener], headers)
+            assert outcome.status == 200, (what, outcome)
+            sent = provider_request(outcome, backend.inputs["spec"], security, own)
+            leaked = {h: v for h, v in sent.items() if key in v or token.removeprefix("Bearer ") in v}
+            assert leaked == {}, (name, what)
+            assert sent.get("x-actor-id") == outcome.actor_id, (name, what)
+            expected = (
+                ("x-api-key", own) if security["type"] == "AnthropicAPIKey" else ("authorization", f"Bearer {own}")
+            )
+            assert sent[expected[0]] == expected[1] and not ({"authorization", "x-api-key"} - {expected[0]}) & set(sent)
+        assert backend.inputs["spec"]["headerMutation"] == {"remove": ["authorization", "x-api-key"]}
+
+
+def test_only_a_stack_with_api_keys_removes_their_headers_upstream():
+    """A stack without API keys removes `authorization` alone, as before (no diff); one with API keys removes every
+    key header it reads, in its order, after `authorization`."""
+    substrate_only = run_program(stack_config("dev"))
+    assert [b.inputs["spec"]["headerMutation"] for b in substrate_only.of_kind("AIServiceBackend")] == [
+        {"remove": ["authorization"]}
+    ]
+    headers = ["x-goog-api-key", "authorization", "api-key"]
+    identity = {"sources": ["substrate", "kubernetes", "apiKeys"], "apiKeys": {"headers": headers}}
+    run = run_program(identities(identity=identity))
+    assert [b.inputs["spec"]["headerMutation"] for b in run.of_kind("AIServiceBackend")] == [
+        {"remove": ["authorization", "x-goog-api-key", "api-key"]}
+    ]
 
 
 def test_a_credential_of_the_wrong_kind_or_none_gets_401_on_either_listener(mixed):

@@ -28,6 +28,10 @@ DEFAULT_API_KEY_PORT = 8081
 # RFC 7230 token, lowercased: how Envoy looks a header up (api_key_auth.cc lowercases the configured name).
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9a-z]+$")
 RESERVED_HEADERS = frozenset({"x-actor-id", "x-ai-eg-model", "host", ":authority", ":path"})
+AGENT_ROUTER_HEADER_PREFIX = "x-ai-eg-"
+UNREMOVABLE_HEADERS = frozenset({"x-envoy-original-path"})
+"""With the `x-ai-eg-` prefix: headers Agent Router's header mutation leaves alone (envoyproxy/ai-gateway v1.1.0
+internal/headermutator/header_mutator.go `shouldIgnoreHeader`), so a key sent in one would reach the provider."""
 
 
 def _https_url(value: str) -> str:
@@ -95,6 +99,11 @@ def _header(value: Any) -> Any:
             raise ValueError(f"{short(value)} is not a lowercase HTTP header name: e.g. authorization or x-api-key")
         if value in RESERVED_HEADERS:
             raise ValueError(f"{short(value)} is a header the gateway itself sets or routes by: name another header")
+        if value.startswith(AGENT_ROUTER_HEADER_PREFIX) or value in UNREMOVABLE_HEADERS:
+            raise ValueError(
+                f"{short(value)} is a header Agent Router never removes, so the key would reach the provider: name "
+                "another header"
+            )
     return value
 
 

@@ -23,6 +23,14 @@ accepts the signature when its keys are that signer's (what a JWKS check decides
 * rbac (internal/xds/translator/authorization.go): rules in order, the first match decides; a `jwt` principal
   matches only a token its provider verified, on exact String claims; a `headers` principal matches the request
   header exactly; no match takes `defaultAction`. A Deny is 403 with no `WWW-Authenticate`.
+* Agent Router's upstream processor (`provider_request`, envoyproxy/ai-gateway v1.1.0): the AIServiceBackend's
+  `headerMutation.remove`, lowercased by the controller (internal/controller/gateway.go
+  `headerMutationToFilterAPI`), removes each listed header the request has, except Agent Router's own
+  (`x-ai-eg-*`, `x-envoy-original-path`) and pseudo-headers (internal/headermutator/header_mutator.go); the
+  BackendSecurityPolicy's handler then sets the provider key (internal/backendauth/api_key.go `Authorization:
+  Bearer <key>`, anthropicapikey.go `x-api-key: <key>`) in the same mutation (internal/extproc/processor_impl.go),
+  and Envoy's ext_proc applies every removal before any set (envoy
+  source/extensions/filters/http/ext_proc/mutation_utils.cc `applyHeaderMutations`).
 * custom_response (BackendTrafficPolicy `responseOverride`, internal/xds/translator/custom_response.go): the first
   rule whose status (and, when given, present response headers) match rewrites a local reply's body. The
   program's EnvoyProxy runs it after the identity filters (core/filter_chain.py); the model lets it rewrite only
@@ -224,6 +232,36 @@ def answer(listener: Listener, request_headers: Mapping[str, str]) -> Outcome:
         if refused is not None:
             return refused
     return Outcome(200, "", headers.get("x-actor-id"), False, headers)
+
+
+AGENT_ROUTER_HEADER_PREFIX = "x-ai-eg-"
+AGENT_ROUTER_KEPT_HEADERS = frozenset({"x-envoy-original-path"})
+PROVIDER_KEY_HEADERS = {"APIKey": ("authorization", "Bearer {key}"), "AnthropicAPIKey": ("x-api-key", "{key}")}
+"""BackendSecurityPolicy type → the header its handler sets and how it writes the provider's key."""
+
+
+def provider_request(
+    admitted: Outcome, service_backend: Mapping[str, Any], security: Mapping[str, Any], provider_key: str
+) -> dict[str, str]:
+    """The request headers the provider receives for an admitted call: the headers after the gateway's filters
+    (`admitted.upstream_headers`) through Agent Router's upstream processor for this AIServiceBackend and its
+    BackendSecurityPolicy (both specs as the program registers them)."""
+    assert admitted.status == 200, admitted
+    headers = {name.lower(): value for name, value in admitted.upstream_headers.items()}
+    mutation = service_backend.get("headerMutation") or {}
+    removed = [
+        name.lower()
+        for name in mutation.get("remove") or []
+        if not name.startswith((":", AGENT_ROUTER_HEADER_PREFIX)) and name.lower() not in AGENT_ROUTER_KEPT_HEADERS
+    ]
+    sets = [(str(h["name"]).lower(), str(h["value"])) for h in mutation.get("set") or []]
+    header, template = PROVIDER_KEY_HEADERS[security["type"]]
+    sets.append((header, template.format(key=provider_key)))
+    for name in removed:  # Envoy: every removal first
+        headers.pop(name, None)
+    for name, value in sets:  # then every set, overwriting
+        headers[name] = value
+    return headers
 
 
 def refusal_message(body: str) -> str:
