@@ -185,6 +185,8 @@ def test_the_checks_read_their_values_from_the_stack_file_and_the_mock_settings(
   agent-budgets:actors: [agents/actor-a]
   agent-budgets:budgets:
     default: {tokens: 900, per: Hour}
+  agent-budgets:gateway:
+    port: 8080
   agent-budgets:mockModel:
     totalTokens: 300
   agent-budgets:rateLimit:
@@ -209,6 +211,7 @@ def test_the_checks_read_their_values_from_the_stack_file_and_the_mock_settings(
         "kubernetes_issuer": "https://kubernetes.default.svc.cluster.local",
         "kubernetes_audience": "agent-router",
         "api_key_port": 8081,
+        "gateway_port": 8080,
     }
     dev = load_settings()
     dev_stack = read_stack_file((dev.root / "Pulumi.dev.yaml").read_text())
@@ -822,9 +825,16 @@ def preflight_runner(missing=None):
         if "/readyz" in argv:
             return (0, "ok") if missing != "api" else (1, "", "connection refused")
         name = argv[argv.index("get") + 2]
-        return (1, "", "NotFound") if name == missing else (0, f"x/{name}")
+        if name == missing:
+            return (1, "", "NotFound")
+        return (0, service_json(80)) if argv[-2:] == ["-o", "json"] else (0, f"x/{name}")
 
     return FakeRunner(handler)
+
+
+def service_json(*ports: int) -> str:
+    """`kubectl get service -o json` of a Service serving `ports` (the shape Envoy Gateway gives the Gateway's)."""
+    return json.dumps({"kind": "Service", "spec": {"ports": [{"name": f"http-{p}", "port": p} for p in ports]}})
 
 
 @pytest.mark.parametrize(
@@ -2163,6 +2173,8 @@ def test_preflight_of_the_substrate_free_environment_wants_each_agent_and_no_sub
             if argv[1:3] == ["config", "get-contexts"]
             else (1, "", "NotFound")
             if "probe-actor-key" in argv
+            else (0, service_json(80, 8081))
+            if "agent-router" in argv
             else (0, "ok")
         )
     )
@@ -2172,6 +2184,74 @@ def test_preflight_of_the_substrate_free_environment_wants_each_agent_and_no_sub
     )
     asked = {argv[argv.index("get") + 2] for argv in (call["argv"] for call in runner.calls) if "get" in argv}
     assert "atenet-router" not in asked and "probe-actor-a" in asked
+
+
+API_KEYS_ONLY = dataclasses.replace(K8S, sources=("apiKeys",))
+
+
+def test_the_listeners_and_agents_follow_the_stack_s_sources():
+    """As the program builds the Gateway (core.manifests `gateway_listeners`) and `make up IDENTITY=kubernetes` runs
+    its agents (scripts/up.sh `agent-pods`): no JWT listener and no service-account agent without a JWT source."""
+    assert SETTINGS.listeners == (("http", 80),)
+    assert K8S.listeners == (("http", 80), ("apikeys", 8081))
+    assert API_KEYS_ONLY.listeners == (("apikeys", 8081),)
+    assert dataclasses.replace(K8S, sources=("kubernetes",)).listeners == (("http", 80),)
+    assert K8S.all_actors == ("actor-a", "actor-b", "actor-key", "actor-unlisted")
+    assert (API_KEYS_ONLY.all_actors, API_KEYS_ONLY.listed_agents) == (("actor-key",), ("actor-key",))
+    assert K8S.listed_agents == ("actor-a", "actor-b", "actor-key")
+
+
+def gateway_service_runner(*ports: int) -> FakeRunner:
+    """A cluster of the Substrate-free environment whose gateway Service serves `ports` and every other object
+    exists; it records what was asked."""
+
+    def handler(argv, stdin):
+        if argv[1:3] == ["config", "get-contexts"]:
+            return (0, "kind-agent-budgets-kubernetes\n")
+        if "service" in argv and "agent-router" in argv:
+            return (0, service_json(*ports))
+        return (0, "ok")
+
+    return FakeRunner(handler)
+
+
+def test_preflight_of_a_stack_of_api_keys_alone_wants_its_listener_and_its_one_agent():
+    runner = gateway_service_runner(8081)
+    k = kube.Kube(runner, K8S.kube_context)
+    assert stack.preflight(k, API_KEYS_ONLY, which=lambda name: "/x") is None
+    asked = {argv[argv.index("get") + 2] for argv in (call["argv"] for call in runner.calls) if "get" in argv}
+    assert "probe-actor-key" in asked and "probe-actor-a" not in asked and "probe-actor-unlisted" not in asked
+    # The same cluster for a stack with a JWT source: the Service lacks the JWT listener's port.
+    assert stack.preflight(k, K8S, which=lambda name: "/x") == (
+        "the model gateway Service service/agent-router in envoy-gateway-system has no port 80 for the listener http "
+        "that stack dev-kubernetes's identity sources (kubernetes, apiKeys) give the Gateway (it serves 8081): run "
+        "`make up` for this stack"
+    )
+    k = kube.Kube(gateway_service_runner(80), K8S.kube_context)
+    assert "has no port 8081 for the listener apikeys" in (
+        stack.preflight(k, API_KEYS_ONLY, which=lambda n: "/x") or ""
+    )
+
+
+def test_the_gateway_is_forwarded_once_per_listener_of_the_stack():
+    from contextlib import ExitStack
+
+    from tests.e2e.e2elib.env import LiveEnv, listener_forward, listener_forwards
+
+    for settings, remote in ((API_KEYS_ONLY, [":8081"]), (K8S, [":80", ":8081"]), (SETTINGS, [":80"])):
+        made = []
+
+        def popen(argv, made=made, **kwargs):
+            made.append(argv)
+            return FakeProcess([f"Forwarding from 127.0.0.1:{6000 + len(made)} -> 80\n"])
+
+        with ExitStack() as exits:
+            forwards = listener_forwards(exits, settings, popen=popen)
+        assert [argv[-1] for argv in made] == remote and all("service/agent-router" in argv for argv in made)
+        assert list(forwards) == [name for name, _ in settings.listeners]
+    only_keys = LiveEnv(API_KEYS_ONLY, None, None, None, None, None, None, None, api_key_gateway=forwards.get("http"))
+    with pytest.raises(RuntimeError, match=r"no http listener \(identity.sources: apiKeys\)"):
+        listener_forward(only_keys, "http")
 
 
 def test_agent_probes_address_each_agent_s_own_forward():

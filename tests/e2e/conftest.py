@@ -1,8 +1,9 @@
 """End-to-end checks against the live dev stack (`make e2e`; never part of the unit run).
 
 `make e2e` fails, naming the reason, when there is no reachable dev stack (a bare `pytest tests/e2e`
-skips instead): the kube context, its API server, the gateway Service agent-router, the rate-limit Redis,
-and a probe agent answering for each demo actor (through Substrate's ingress in the Substrate environment,
+skips instead): the kube context, its API server, the gateway Service agent-router with a port for each listener
+the stack's identity sources give the Gateway, the rate-limit Redis, and a probe agent answering for each agent
+the stack lists (through Substrate's ingress in the Substrate environment,
 with build/bin/kubectl-ate; through a port-forward to its pod in the Substrate-free one, `IDENTITY=kubernetes`).
 Each check prints PASS or FAIL with its evidence; the summary repeats them at the end, with every check the
 stack's identity sources make inapplicable and why (a check marked `identity_source("<source>")` runs only

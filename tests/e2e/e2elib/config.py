@@ -17,8 +17,15 @@ from pathlib import Path
 import yaml
 
 from core import platform_values as platform
-from core.identity import API_KEYS, SUBSTRATE, actor_header_value
-from core.manifests import BUDGET_POLICY_NAME, JWT_POLICY_NAME, MOCK_MODEL_NAME, MOCK_MODEL_PORT
+from core.identity import API_KEYS, JWT_SOURCES, KUBERNETES, SUBSTRATE, actor_header_value
+from core.manifests import (
+    API_KEY_LISTENER,
+    BUDGET_POLICY_NAME,
+    JWT_LISTENER,
+    JWT_POLICY_NAME,
+    MOCK_MODEL_NAME,
+    MOCK_MODEL_PORT,
+)
 from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
@@ -136,12 +143,35 @@ class Settings:
         return self.identity == "substrate"
 
     @property
+    def listeners(self) -> tuple[tuple[str, int], ...]:
+        """The Gateway's listeners as (name, port), as the program gives them for the stack's sources
+        (core.manifests `gateway_listeners`): `http` with a JWT source, `apikeys` with API keys. Each is a port of the
+        gateway Service (envoyproxy/gateway v1.9.0 internal/gatewayapi/listener.go: the service port is the
+        listener's port)."""
+        found: list[tuple[str, int]] = []
+        if any(source in self.sources for source in JWT_SOURCES):
+            found.append((JWT_LISTENER, self.gateway_port))
+        if API_KEYS in self.sources:
+            found.append((API_KEY_LISTENER, self.api_key_port))
+        return tuple(found)
+
+    @property
+    def listed_agents(self) -> tuple[str, ...]:
+        """The probe agents that are actors of the stack, each of which must answer before any check runs."""
+        if self.on_substrate:
+            return self.demo_actors
+        service_accounts = self.demo_actors if KUBERNETES in self.sources else ()
+        return (*service_accounts, *((self.api_key_agent,) if API_KEYS in self.sources else ()))
+
+    @property
     def all_actors(self) -> tuple[str, ...]:
         """Every probe agent the checks may call or count, listed in the stack or not."""
         if self.on_substrate:
             return (*self.demo_actors, self.noegress_actor)
-        extra = (self.api_key_agent,) if API_KEYS in self.sources else ()
-        return (*self.demo_actors, *extra, self.unlisted_agent)
+        # `make up IDENTITY=kubernetes` runs the service-account agents only for a stack that accepts service
+        # accounts, and the API-key agent only for one with API keys (scripts/up.sh `agent-pods`).
+        unlisted = (self.unlisted_agent,) if KUBERNETES in self.sources else ()
+        return (*self.listed_agents, *unlisted)
 
     def actor_id(self, actor: str) -> str:
         """How `agent-budgets:actors` writes the probe agent `actor` (core.identity)."""
@@ -189,6 +219,7 @@ def stack_values(stack: StackSettings) -> dict[str, object]:
         "kubernetes_issuer": stack.identity.kubernetes.issuer,
         "kubernetes_audience": stack.identity.kubernetes.audience,
         "api_key_port": stack.identity.api_keys.port,
+        "gateway_port": stack.gateway.port,
     }
 
 

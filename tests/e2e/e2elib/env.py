@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -10,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from core.identity import API_KEYS
+from core.manifests import API_KEY_LISTENER, JWT_LISTENER
 
 from .checks import call_from_reply
 from .config import Settings
@@ -87,7 +88,7 @@ class LiveEnv:
     ate: Ate | None  # Substrate's `kubectl ate`, in the Substrate environment only
     counters: Counters
     probe: ProbeClient | AgentProbes
-    gateway: PortForward
+    gateway: PortForward | None  # the JWT listener, when the stack has a JWT source (Settings.listeners)
     stack: StackConfig
     api_key_gateway: PortForward | None = None  # the API-key listener, when the stack has API keys
 
@@ -147,9 +148,7 @@ class LiveEnv:
     ) -> Call:
         """A model call straight to the gateway from outside any agent (not an actor), on the JWT listener or, with
         `listener="apikeys"`, on the API-key listener."""
-        forward = self.gateway if listener == "http" else self.api_key_gateway
-        if forward is None:
-            raise RuntimeError("the stack has no API-key listener (apiKeys is not in identity.sources)")
+        forward = listener_forward(self, listener)
         body = {"model": self.settings.models[0], "messages": [{"role": "user", "content": "hi"}]}
         reply = http_request(
             forward.port, "POST", path, headers=headers, body=body, host=self.settings.gateway_host, timeout=30.0
@@ -240,6 +239,31 @@ class LiveEnv:
             self._redis_ready(timeout)
 
 
+def listener_forward(env: LiveEnv, listener: str) -> PortForward:
+    """The port-forward to one listener of the Gateway, or RuntimeError naming why the stack has none."""
+    forwards = {JWT_LISTENER: env.gateway, API_KEY_LISTENER: env.api_key_gateway}
+    if listener not in forwards:
+        raise ValueError(f"no listener {listener!r}: the Gateway's listeners are {JWT_LISTENER} and {API_KEY_LISTENER}")
+    forward = forwards[listener]
+    if forward is None:
+        sources = ", ".join(env.settings.sources)
+        raise RuntimeError(f"the stack has no {listener} listener (identity.sources: {sources})")
+    return forward
+
+
+def listener_forwards(
+    stack: ExitStack, settings: Settings, popen: Callable[..., Any] = subprocess.Popen
+) -> dict[str, PortForward]:
+    """One port-forward to the gateway Service per listener the stack has (Settings.listeners), by listener name."""
+    service = f"service/{settings.gateway_service}"
+    return {
+        name: stack.enter_context(
+            PortForward(settings.kube_context, settings.gateway_namespace, service, port, popen=popen)
+        )
+        for name, port in settings.listeners
+    }
+
+
 def _forward_port(stack: ExitStack, settings: Settings, agent: str) -> Callable[[], int]:
     """The local port of a port-forward to one agent's probe Service (restarted when its pod went away)."""
     forward = stack.enter_context(
@@ -262,24 +286,7 @@ def live_env(settings: Settings, runner: Runner | None = None, log: Callable[[st
         raise StackUnavailableError(reason)
     with ExitStack() as stack:
         try:
-            gateway = stack.enter_context(
-                PortForward(
-                    settings.kube_context,
-                    settings.gateway_namespace,
-                    f"service/{settings.gateway_service}",
-                    settings.gateway_port,
-                )
-            )
-            api_key_gateway = None
-            if API_KEYS in settings.sources:
-                api_key_gateway = stack.enter_context(
-                    PortForward(
-                        settings.kube_context,
-                        settings.gateway_namespace,
-                        f"service/{settings.gateway_service}",
-                        settings.api_key_port,
-                    )
-                )
+            forwards = listener_forwards(stack, settings)
             probe: ProbeClient | AgentProbes
             if settings.on_substrate:
                 ingress = stack.enter_context(
@@ -298,7 +305,7 @@ def live_env(settings: Settings, runner: Runner | None = None, log: Callable[[st
         except RuntimeError as exc:
             raise StackUnavailableError(str(exc)) from exc
         via = "atenet-router" if settings.on_substrate else f"its port-forward (namespace {settings.agent_namespace})"
-        problem = probes_problem(probe.ready, settings.demo_actors, via)
+        problem = probes_problem(probe.ready, settings.listed_agents, via)
         if problem:
             raise StackUnavailableError(problem)
         env = LiveEnv(
@@ -312,13 +319,13 @@ def live_env(settings: Settings, runner: Runner | None = None, log: Callable[[st
                 kube, settings.redis_namespace, settings.redis_pod, settings.redis_secret, settings.redis_secret_key
             ),
             probe=probe,
-            gateway=gateway,
+            gateway=forwards.get(JWT_LISTENER),
             stack=StackConfig(runner, settings),
-            api_key_gateway=api_key_gateway,
+            api_key_gateway=forwards.get(API_KEY_LISTENER),
         )
         log(
             f"e2e: dev stack {settings.pulumi_stack} on {settings.kube_context} reachable (identity sources "
             f"{', '.join(settings.sources)}); probe agents of "
-            f"{', '.join(settings.actor_id(a) for a in settings.demo_actors)} answer through {via}"
+            f"{', '.join(settings.actor_id(a) for a in settings.listed_agents)} answer through {via}"
         )
         yield env

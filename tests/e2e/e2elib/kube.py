@@ -73,6 +73,13 @@ class Kube:
     def exists(self, namespace: str, kind: str, name: str) -> bool:
         return self.run("-n", namespace, "get", kind, name, "-o", "name", timeout=20).ok
 
+    def service_ports(self, namespace: str, service: str) -> set[int] | None:
+        """The ports a Service serves (`spec.ports[].port`), or None when it cannot be read."""
+        result = self.run("-n", namespace, "get", "service", service, "-o", "json", timeout=20)
+        if not result.ok:
+            return None
+        return {int(entry["port"]) for entry in json.loads(result.stdout).get("spec", {}).get("ports") or []}
+
     def secret_value(self, namespace: str, name: str, key: str) -> str:
         result = check(
             self.run("-n", namespace, "get", "secret", name, "-o", f"jsonpath={{.data.{key}}}", timeout=20),

@@ -27,13 +27,22 @@ def preflight(kube: Kube, settings: Settings, which: Callable[[str], str | None]
         return f"kube context {settings.kube_context} not found"
     if not kube.api_ready():
         return f"the API server of {settings.kube_context} does not answer"
-    wanted = [
-        (settings.gateway_namespace, "service", settings.gateway_service, "the model gateway Service"),
-        (settings.redis_namespace, "pod", settings.redis_pod, "the rate-limit Redis"),
-    ]
+    gateway = f"the model gateway Service service/{settings.gateway_service} in {settings.gateway_namespace}"
+    ports = kube.service_ports(settings.gateway_namespace, settings.gateway_service)
+    if ports is None:
+        return f"{gateway} not found"
+    for listener, port in settings.listeners:
+        if port not in ports:
+            served = ", ".join(str(p) for p in sorted(ports)) or "none"
+            return (
+                f"{gateway} has no port {port} for the listener {listener} that stack {settings.pulumi_stack}'s "
+                f"identity sources ({', '.join(settings.sources)}) give the Gateway (it serves {served}): run "
+                "`make up` for this stack"
+            )
+    wanted = [(settings.redis_namespace, "pod", settings.redis_pod, "the rate-limit Redis")]
     if settings.on_substrate:
         wanted.insert(
-            1, (settings.substrate_namespace, "service", settings.ingress_service, "Substrate's ingress Service")
+            0, (settings.substrate_namespace, "service", settings.ingress_service, "Substrate's ingress Service")
         )
     else:
         wanted += [
