@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
 import tests.e2e.conftest as e2e_conftest
 import tests.e2e.test_e2e_01_metering as check_1
@@ -211,6 +212,7 @@ def test_the_checks_read_their_values_from_the_stack_file_and_the_mock_settings(
         "kubernetes_issuer": "https://kubernetes.default.svc.cluster.local",
         "kubernetes_audience": "agent-router",
         "api_key_port": 8081,
+        "api_key_headers": ("authorization", "x-api-key"),
         "gateway_port": 8080,
     }
     dev = load_settings()
@@ -1903,8 +1905,9 @@ def run_check(number, env, monkeypatch):
 
     monkeypatch.setattr(e2e_conftest.shutil, "which", lambda name: "/usr/bin/pulumi")
     monkeypatch.setattr("time.sleep", lambda seconds: None)
+    check = CHECKS[number]
     with contextlib.suppress(AssertionError):  # a FAIL; the verdict says why
-        CHECKS[number](env, report)
+        check(env, report, e2e_conftest.agents_of(check, env.settings))  # as conftest's `agents` fixture does
     (verdict,) = verdicts
     return verdict, printed[0]
 
@@ -2140,19 +2143,48 @@ def test_a_check_applies_only_where_the_stack_has_its_source_and_the_environment
     )
 
 
-@pytest.mark.parametrize(("identity", "skipped"), [("substrate", [16, 17]), ("kubernetes", [4])])
-def test_make_e2e_skips_by_the_stack_s_sources_and_says_why(identity, skipped):
-    """The marks decide, not an edit: running the marked checks in each environment skips the others with the
-    reason, and the summary lists them (no stack is needed to see the skips: the rest find none and skip too)."""
-    e2e = Path(__file__).resolve().parent / "e2e"
-    files = [str(path) for path in sorted(e2e.glob("test_e2e_*.py")) if "identity_source(" in path.read_text()]
-    assert len(files) == 3
+API_KEYS_ONLY_STACK = {"agent-budgets:identity": {"sources": ["apiKeys"]}, "agent-budgets:actors": ["apikey:actor-key"]}
+"""Pulumi.dev-kubernetes.yaml changed into a stack of API keys alone: one agent, no JWT listener."""
+
+
+def e2e_checkout(root: Path, stack_changes: dict[str, object] | None = None) -> Path:
+    """The project as `make e2e` reads it (the checks, versions.env, the stack files), with the dev-kubernetes stack
+    file changed by `stack_changes`: tests/e2e is copied, since the checks find the stack files next to their own."""
+    here = Path(__file__).resolve().parents[1]
+    shutil.copytree(here / "tests" / "e2e", root / "tests" / "e2e", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(here / "tests" / "__init__.py", root / "tests" / "__init__.py")
+    for name in ("core", "tools", "mock_model", "scripts", "Pulumi.dev.yaml"):
+        (root / name).symlink_to(here / name)
+    for name in ("Pulumi.yaml", "pyproject.toml"):
+        shutil.copy(here / name, root / name)
+    document = yaml.safe_load((here / "Pulumi.dev-kubernetes.yaml").read_text())
+    document["config"].update(stack_changes or {})
+    (root / "Pulumi.dev-kubernetes.yaml").write_text(yaml.safe_dump(document))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("identity", "stack_changes", "skipped"),
+    [
+        ("substrate", None, [16, 17]),
+        ("kubernetes", None, [4]),
+        ("kubernetes", API_KEYS_ONLY_STACK, [1, 2, 3, 4, 5, 8, 13, 14, 15, 17]),
+    ],
+    ids=["dev", "dev-kubernetes", "api-keys-only"],
+)
+def test_make_e2e_picks_the_checks_by_the_stack_s_sources_and_agents_and_says_why(
+    tmp_path, identity, stack_changes, skipped
+):
+    """The marks decide, not an edit: every check file run in each environment skips the checks its stack and agents
+    cannot run, with the reason, and the summary lists them; every other check is left to run (here it finds no
+    stack and skips for that). On a stack of API keys alone, the checks of one agent run on the API-key agent."""
+    root = e2e_checkout(tmp_path, stack_changes)
     env = {
         key: value for key, value in os.environ.items() if key not in ("IDENTITY", "AGENT_BUDGETS_E2E_REQUIRE_STACK")
     }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *files, "-o", "norecursedirs=venv .git", "-p", "no:cacheprovider", "-rs"],
-        cwd=e2e.parents[1],
+        [sys.executable, "-m", "pytest", "tests/e2e", "-o", "norecursedirs=venv .git", "-p", "no:cacheprovider", "-rs"],
+        cwd=root,
         env={**env, "IDENTITY": identity, "PATH": "/nonexistent"},
         capture_output=True,
         text=True,
@@ -2161,9 +2193,23 @@ def test_make_e2e_skips_by_the_stack_s_sources_and_says_why(identity, skipped):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     summary = done.stdout[done.stdout.index("agent-budgets end-to-end checks") :]
+    listed = [int(number) for number in re.findall(r"^\[SKIP\] (\d+)\. ", summary, re.MULTILINE)]
+    assert listed == skipped, done.stdout
     for number in skipped:
         assert f"[SKIP] {number}. {TITLES[number]}" in summary, done.stdout
-    assert f"0/0 checks passed, {len(skipped)} skipped: not for this stack's identity sources" in summary
+    assert f"0/0 checks passed, {len(skipped)} skipped: not for this stack's identity sources and agents" in summary
+    no_stack = re.findall(r"^SKIPPED \[1\] tests/e2e/test_e2e_(\d+)_\w+\.py:\d+: no live dev stack", done.stdout, re.M)
+    assert sorted(int(number) for number in no_stack) == sorted(set(range(1, 18)) - set(skipped)), done.stdout
+    if stack_changes is not None:
+        assert (
+            "why: check 1 calls as 2 different agents; the dev environment of `make up IDENTITY=kubernetes` has 1 "
+            "for stack dev-kubernetes (identity.sources: apiKeys): apikey:actor-key (it runs the service-account "
+            "agents actor-a, actor-b for a stack with kubernetes and the API-key agent actor-key for one with apiKeys)"
+        ) in summary
+        assert (
+            "why: check 5 calls the http listener, which only a stack with the substrate or kubernetes identity "
+            "source has; stack dev-kubernetes accepts apiKeys, so its Gateway has only apikeys"
+        ) in summary
 
 
 def test_preflight_of_the_substrate_free_environment_wants_each_agent_and_no_substrate():
@@ -2285,22 +2331,63 @@ def test_short_names_of_every_source():
 
 
 def test_judge_api_key():
-    subject = "apikey.actor-key"
-    own = ok_call(upstream_actor_id=subject)
+    subject, victim = "apikey.actor-key", "system:serviceaccount:agents:actor-a"
+    own = ok_call(upstream_actor_id=subject, upstream_x_api_key="absent")
     refused = {"a wrong key": Call(status=401, body="Client authentication failed.")}
     good = Verdict(16, TITLES[16])
-    checks.judge_api_key(good, subject, own, own, "system:serviceaccount:agents:actor-a", refused, 0, 400, 400, 200)
+    checks.judge_api_key(good, subject, own, own, victim, {"x-api-key": own}, refused, (0, 600, 600), 200)
     assert good.passed, good.failures
-    spoofed = ok_call(upstream_actor_id="system:serviceaccount:agents:actor-a")
+    assert "x-api-key the model received: absent" in good.evidence
+    spoofed = ok_call(upstream_actor_id=victim, upstream_x_api_key="absent")
+    leaked = ok_call(upstream_actor_id=subject, upstream_x_api_key="other")  # the agent's key got past the gateway
     charged = {"a wrong key": Call(status=200)}
     bad = Verdict(16, TITLES[16])
-    checks.judge_api_key(bad, subject, own, spoofed, "system:serviceaccount:agents:actor-a", charged, 0, 400, 600, 200)
+    checks.judge_api_key(bad, subject, own, spoofed, victim, {"x-api-key": leaked}, charged, (0, 600, 800), 200)
     assert bad.failures == [
-        "x-actor-id the model saw on the spoofing call: expected 'apikey.actor-key', got "
+        "x-actor-id the model saw on the API-key agent's spoofing call: expected 'apikey.actor-key', got "
         "'system:serviceaccount:agents:actor-a'",
+        "x-api-key the model received on the API-key agent's call with its key in x-api-key: expected 'absent', got "
+        "'other'",
         "a wrong key: expected HTTP 401, got HTTP 200",
-        "actor-key counter after the refused calls: expected 400, got 600",
+        "actor-key counter after the refused calls: expected 600, got 800",
     ]
+    short = Verdict(16, TITLES[16])  # one charge fewer than calls made: the counter says so
+    checks.judge_api_key(short, subject, own, own, victim, {}, {}, (0, 200, 200), 200)
+    assert short.failures == ["actor-key counter after its 2 calls: expected 400, got 200"]
+
+
+def test_what_the_mock_got_in_x_api_key_comes_through_the_probe():
+    reply = {"ok": True, "status": 200, "headers": {"X-Mock-X-Api-Key": "other"}, "json": {}}
+    assert parse_probe_reply(200, json.dumps(reply)).upstream_x_api_key == "other"
+    body = {"mock_received": {"credential": {"x_api_key": "absent"}}}
+    assert parse_probe_reply(200, json.dumps({**reply, "json": body})).upstream_x_api_key == "absent"
+    assert parse_probe_reply(200, json.dumps({**reply, "headers": {}})).upstream_x_api_key is None
+
+
+def test_the_checks_run_on_any_source_s_agents_and_skip_naming_what_is_missing():
+    """One check body for every environment: the `agents(n)` mark takes the first n of the stack's agents, of any
+    source; a check needing more, or a listener the stack lacks, is skipped with what is missing."""
+    assert checks.agents_for(2, K8S) == ("actor-a", "actor-b") and checks.agents_for(1, API_KEYS_ONLY) == ("actor-key",)
+    assert checks.agents_for(2, SETTINGS) == ("actor-a", "actor-b")
+    with pytest.raises(RuntimeError, match=r"2 agents wanted; stack dev-kubernetes has 1: \('actor-key',\)"):
+        checks.agents_for(2, API_KEYS_ONLY)
+    assert checks.skip_reason(6, API_KEYS_ONLY, agents=1) is None
+    assert checks.skip_reason(5, K8S, listener="http", agents=1) is None
+    assert checks.skip_reason(16, API_KEYS_ONLY, source="apiKeys", listener="apikeys", agents=0) is None
+    assert checks.skip_reason(4, API_KEYS_ONLY, source="substrate", agents=1).startswith(
+        "check 4 applies only to a stack with the substrate identity source"
+    )
+    # A Substrate environment whose stack does not accept Substrate actors has no agent at all.
+    keys_on_substrate = dataclasses.replace(SETTINGS, sources=("apiKeys",))
+    assert keys_on_substrate.listed_agents == ()
+    assert checks.skip_reason(6, keys_on_substrate, agents=1) == (
+        "check 6 calls as one agent; the dev environment of `make up` has 0 for stack dev "
+        "(identity.sources: apiKeys): none (it runs the Substrate actors actor-a, actor-b, agents only of a stack "
+        "with substrate)"
+    )
+    assert checks.skip_reason(5, keys_on_substrate, listener="http", agents=1).startswith(
+        "check 5 calls the http listener, which only a stack with the substrate or kubernetes identity source has"
+    )
 
 
 def test_judge_unlisted_service_account():

@@ -229,7 +229,7 @@ def run_check(number, env, monkeypatch) -> tuple[Verdict, str]:
     _, check = CHECKS[number]
     monkeypatch.setattr(e2e_conftest.shutil, "which", lambda name: "/usr/bin/pulumi")
     with contextlib.suppress(AssertionError):  # a FAIL; the verdict says why
-        check(env, report)
+        check(env, report, e2e_conftest.agents_of(check, env.settings))  # as conftest's `agents` fixture does
     (verdict,) = verdicts
     return verdict, printed[0]
 
@@ -251,14 +251,14 @@ def test_usd_check_charges_each_call_its_price_rounded_up(tmp_path, monkeypatch)
     _, printed = run_check(USD, env, monkeypatch)
     assert mock_call_mills(200) == 171  # 50 * $401 + 150 * $1,000 per 1M tokens = $0.17005 -> 171 mills
     assert "each call costs 171 mills (rounded up); 1,000 mills admit 6 calls" in printed
-    assert "actor-b usd counter: 1,026 mills" in printed
+    assert "actor-a usd counter: 1,026 mills" in printed
     assert "prices.mock-small.input 401" in " ".join(env.pulumi.log)
 
 
 def test_windows_check_reads_each_window_s_counter(tmp_path, monkeypatch):
     env = program_env(tmp_path)
     _, printed = run_check(WINDOWS, env, monkeypatch)
-    assert "actor-b counters by rule: {2: 800, 3: 800}" in printed
+    assert "actor-a counters by rule: {2: 800, 3: 800}" in printed
     assert "config set --path budgetPolicy.limitSlots 2" in env.pulumi.log
 
 

@@ -6,20 +6,22 @@ the stack's identity sources give the Gateway, the rate-limit Redis, and a probe
 the stack lists (through Substrate's ingress in the Substrate environment,
 with build/bin/kubectl-ate; through a port-forward to its pod in the Substrate-free one, `IDENTITY=kubernetes`).
 Each check prints PASS or FAIL with its evidence; the summary repeats them at the end, with every check the
-stack's identity sources make inapplicable and why (a check marked `identity_source("<source>")` runs only
-when the stack accepts that source; the mark, not an edit, decides).
+stack's identity sources and agents make inapplicable and why (the marks, not an edit, decide: see
+`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 
-from tests.e2e.e2elib.checks import TITLES, inapplicable_reason
+from tests.e2e.e2elib.checks import TITLES, agents_for, skip_reason
 from tests.e2e.e2elib.config import Settings, load_settings
 from tests.e2e.e2elib.env import LiveEnv, StackUnavailableError, cli_missing_outcome, live_env, unavailable_outcome
 from tests.e2e.e2elib.verdict import Verdict, reporting
@@ -30,22 +32,31 @@ SKIPPED: dict[int, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every check whose identity source the stack does not accept, saying so (the stack decides, not an
-    edit). A stack file that cannot be read leaves every check in: the `env` fixture then reports why."""
-    marked = [(item, item.get_closest_marker("identity_source")) for item in items]
-    if not any(mark for _, mark in marked):
-        return
+    """Skip every check the stack and its dev environment cannot run, saying why (the marks decide, not an edit):
+    `identity_source(<source>)` runs only where the stack accepts that source and the environment runs its agent,
+    `listener(<name>)` only where the Gateway has that listener, and `agents(<n>)` only where the environment runs
+    n agents of the stack, of any source. A stack file that cannot be read leaves every check in: the `env`
+    fixture then reports why."""
     try:
         settings: Settings = load_settings()
     except Exception:
         return
-    for item, mark in marked:
-        if mark is None:
-            continue
-        reason = inapplicable_reason(_check_number(item), str(mark.args[0]), settings)
+    for item in items:
+        number = _check_number(item)
+        reason = skip_reason(number, settings, **_needs(item))
         if reason is not None:
-            SKIPPED[_check_number(item)] = reason
+            SKIPPED[number] = reason
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _needs(item: pytest.Item) -> dict[str, Any]:
+    """What a check's marks say it needs, as `skip_reason` takes it."""
+    needs: dict[str, Any] = {}
+    for mark, key in (("identity_source", "source"), ("listener", "listener"), ("agents", "agents")):
+        marker = item.get_closest_marker(mark)
+        if marker is not None:
+            needs[key] = marker.args[0]
+    return needs
 
 
 def _check_number(item: pytest.Item) -> int:
@@ -77,6 +88,22 @@ def env() -> Iterator[LiveEnv]:
         pytest.skip(message)
 
 
+def agents_of(check: Callable[..., object], settings: Settings) -> tuple[str, ...]:
+    """The agents check function `check`, marked `agents(<n>)` in its module, calls as: the first n the stack's
+    environment runs, of any source (Settings.listed_agents), so one check runs unchanged on Substrate actors,
+    service accounts or API keys."""
+    marks = getattr(sys.modules[check.__module__], "pytestmark", [])
+    wanted = [mark for mark in (marks if isinstance(marks, list) else [marks]) if mark.name == "agents"]
+    if not wanted:
+        raise pytest.UsageError(f"{check.__module__} uses the agents fixture without an agents(<n>) mark")
+    return agents_for(int(wanted[0].args[0]), settings)
+
+
+@pytest.fixture
+def agents(request: pytest.FixtureRequest, env: LiveEnv) -> tuple[str, ...]:
+    return agents_of(request.function, env.settings)
+
+
 @pytest.fixture
 def report() -> Callable[..., AbstractContextManager[Verdict]]:
     """`with report(n) as v:` gathers one check; afterwards the verdict is printed and recorded, and the
@@ -103,5 +130,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for number, reason in sorted(SKIPPED.items()):
         terminalreporter.write_line(f"[SKIP] {number}. {TITLES[number]}\n       why: {reason}")
     passed = sum(v.passed for v in VERDICTS)
-    skipped = f", {len(SKIPPED)} skipped: not for this stack's identity sources" if SKIPPED else ""
+    skipped = f", {len(SKIPPED)} skipped: not for this stack's identity sources and agents" if SKIPPED else ""
     terminalreporter.write_line(f"{passed}/{len(VERDICTS)} checks passed{skipped}")

@@ -5,13 +5,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import judge_metering
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 
-def test_each_actor_is_metered_in_its_own_bucket(env, report):
+def test_each_actor_is_metered_in_its_own_bucket(env, report, agents):
     s = env.settings
     per = s.tokens_per_call
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     with report(1) as v:
         v.note(env.fresh_buckets())
         calls = {env.subject(actor_a): env.call(actor_a), env.subject(actor_b): env.call(actor_b)}

@@ -4,13 +4,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import judge_spoofing
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 
-def test_spoofed_actor_header_is_replaced(env, report):
+def test_spoofed_actor_header_is_replaced(env, report, agents):
     s = env.settings
     per = s.tokens_per_call
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     caller, victim = env.subject(actor_a), env.subject(actor_b)
     with report(2) as v:
         v.note(env.fresh_buckets())

@@ -5,13 +5,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import admitted_calls, exhaustion_title, judge_exhaustion
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 
-def test_spent_budget_gives_429_to_that_actor_only(env, report):
+def test_spent_budget_gives_429_to_that_actor_only(env, report, agents):
     s = env.settings
     per, limit = s.tokens_per_call, s.default_tokens
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     with report(3, exhaustion_title(limit, per, s.default_per)) as v:
         v.note(env.fresh_buckets())
         v.note(f"setup: one call by {actor_b}; then {actor_a} calls until refused")

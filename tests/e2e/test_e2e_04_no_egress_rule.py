@@ -8,10 +8,10 @@ import pytest
 from tests.e2e.e2elib.checks import judge_no_egress
 from tests.e2e.e2elib.env import new_marker
 
-pytestmark = [pytest.mark.e2e, pytest.mark.identity_source("substrate")]
+pytestmark = [pytest.mark.e2e, pytest.mark.identity_source("substrate"), pytest.mark.agents(1)]
 
 
-def test_actor_without_egress_rule_cannot_reach_the_gateway(env, report):
+def test_actor_without_egress_rule_cannot_reach_the_gateway(env, report, agents):
     s = env.settings
     actor = s.noegress_actor
     with report(4) as v:
@@ -27,7 +27,7 @@ def test_actor_without_egress_rule_cannot_reach_the_gateway(env, report):
         path = "/v1/chat/completions?e2e-marker="
         # Positive control from inside a sandbox: an actor WITH the egress rule makes the same by-name call
         # and must get an answer from the gateway, or the sandbox network is broken for everyone.
-        control_actor = s.demo_actors[0]
+        [control_actor] = agents
         control_call = env.call(control_actor, path=path + new_marker(), timeout=15)
         by_name = env.call(actor, path=path + by_name_marker, timeout=15)
         by_ip = env.call(actor, url=f"http://{service_ip}:{s.gateway_port}{path}{by_ip_marker}", timeout=15)

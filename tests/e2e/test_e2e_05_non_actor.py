@@ -8,13 +8,13 @@ import pytest
 from tests.e2e.e2elib.checks import judge_non_actor
 from tests.e2e.e2elib.tokens import forged_jwt
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.listener("http"), pytest.mark.agents(1)]
 
 
-def test_non_actor_callers_get_401(env, report):
+def test_non_actor_callers_get_401(env, report, agents):
     s = env.settings
-    subjects = [env.subject(actor) for actor in s.demo_actors]
-    impersonated = env.subject(s.demo_actors[0])
+    subjects = [env.subject(actor) for actor in s.listed_agents]
+    impersonated = env.subject(agents[0])
     with report(5) as v:
         v.note(env.fresh_buckets())
         before = env.counters.totals(subjects)

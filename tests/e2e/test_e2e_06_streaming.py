@@ -5,13 +5,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import judge_streaming
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(1)]
 
 
-def test_stream_without_usage_request_is_charged(env, report):
+def test_stream_without_usage_request_is_charged(env, report, agents):
     s = env.settings
     per = s.tokens_per_call
-    actor = s.demo_actors[0]
+    [actor] = agents
     subject = env.subject(actor)
     with report(6) as v:
         v.note(env.fresh_buckets())

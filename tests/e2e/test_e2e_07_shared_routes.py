@@ -4,13 +4,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import judge_shared_routes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(1)]
 
 
-def test_two_routes_share_one_bucket(env, report):
+def test_two_routes_share_one_bucket(env, report, agents):
     s = env.settings
     per = s.tokens_per_call
-    actor = s.demo_actors[0]
+    [actor] = agents
     subject = env.subject(actor)
     with report(7) as v:
         v.note(env.fresh_buckets())

@@ -10,16 +10,16 @@ from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_class
 from tests.e2e.e2elib.stack import budget_class
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 CLASS_TOKENS = 5000
 
 
-def test_class_member_has_its_own_limit(env, report):
+def test_class_member_has_its_own_limit(env, report, agents):
     require_pulumi_cli(8)
     s = env.settings
     per = s.tokens_per_call
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     large = {"name": "large", "tokens": CLASS_TOKENS, "per": s.default_per, "actors": [s.actor_id(actor_b)]}
     with report(8) as v:
         with budget_class(env.stack, large, env.settle_policy) as original:

@@ -8,13 +8,13 @@ import pytest
 
 from tests.e2e.e2elib.checks import admitted_calls, judge_redis_restart
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(1)]
 
 
-def test_a_redis_restart_keeps_spent_budgets(env, report):
+def test_a_redis_restart_keeps_spent_budgets(env, report, agents):
     s = env.settings
     per, limit = s.tokens_per_call, s.default_tokens
-    actor = s.demo_actors[0]
+    [actor] = agents
     subject = env.subject(actor)
     with report(9) as v:
         v.note(env.fresh_buckets())

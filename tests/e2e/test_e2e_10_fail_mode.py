@@ -10,13 +10,13 @@ from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import judge_fail_mode
 from tests.e2e.e2elib.stack import config_override
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(1)]
 
 
-def test_fail_open_admits_and_fail_closed_refuses_without_the_store(env, report):
+def test_fail_open_admits_and_fail_closed_refuses_without_the_store(env, report, agents):
     require_pulumi_cli(10)
     s = env.settings
-    actor = s.demo_actors[0]
+    [actor] = agents
     with report(10) as v:
         v.note(env.fresh_buckets())
         with env.redis_unreachable() as outage:

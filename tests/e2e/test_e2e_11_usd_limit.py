@@ -13,20 +13,20 @@ from tests.e2e.e2elib.checks import admitted_calls, judge_usd_limit
 from tests.e2e.e2elib.money import MOCK_PRICE, mock_call_mills
 from tests.e2e.e2elib.stack import UNSET, stack_changes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(1)]
 
 LIMIT_USD = 1
 MILLS_PER_USD = 1000
 
 
-def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report):
+def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report, agents):
     require_pulumi_cli(11)
     s = env.settings
-    actor_b = s.demo_actors[1]
+    [actor] = agents
     per_call = mock_call_mills(s.tokens_per_call)
     limit = LIMIT_USD * MILLS_PER_USD
     budgets = env.stack.get_value("budgets")
-    money = {"name": "money", "usd": LIMIT_USD, "per": s.default_per, "actors": [s.actor_id(actor_b)]}
+    money = {"name": "money", "usd": LIMIT_USD, "per": s.default_per, "actors": [s.actor_id(actor)]}
     changes = {
         "prices": {model: MOCK_PRICE for model in s.models},
         "budgets": {**budgets, "classes": [*(budgets.get("classes") or []), money]},
@@ -35,14 +35,14 @@ def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report):
         with stack_changes(env.stack, changes, env.settle_policy) as originals:
             v.note(f"stack config: prices = {json.dumps(changes['prices'])}; budgets.classes += {json.dumps(money)}")
             v.note(env.fresh_buckets())
-            calls = env.run_calls(actor_b, admitted_calls(limit, per_call) + 1, charge_per_call=per_call)
-            counter = env.counters.totals([env.subject(actor_b)])[env.subject(actor_b)]
+            calls = env.run_calls(actor, admitted_calls(limit, per_call) + 1, charge_per_call=per_call)
+            counter = env.counters.totals([env.subject(actor)])[env.subject(actor)]
         restored = {key: ("not set" if value is UNSET else "restored") for key, value in originals.items()}
         v.note(f"stack config restored ({restored}); pulumi up done")
         judge_usd_limit(
             v,
-            f"class money: {s.actor_id(actor_b)} at ${LIMIT_USD} per {s.default_per} = {limit} mills",
-            env.subject(actor_b),
+            f"class money: {s.actor_id(actor)} at ${LIMIT_USD} per {s.default_per} = {limit} mills",
+            env.subject(actor),
             calls,
             limit,
             per_call,

@@ -9,13 +9,13 @@ from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import judge_suspension
 from tests.e2e.e2elib.stack import stack_changes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 
-def test_a_suspended_actor_is_refused_and_its_budget_kept(env, report):
+def test_a_suspended_actor_is_refused_and_its_budget_kept(env, report, agents):
     require_pulumi_cli(13)
     s = env.settings
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     with report(13) as v:
         v.note(env.fresh_buckets())
         [first] = env.run_calls(actor_b, 1)

@@ -6,15 +6,15 @@ import pytest
 
 from tests.e2e.e2elib.checks import judge_spend_report
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 CALLS = 2
 
 
-def test_spend_report_shows_each_actors_spent_tokens(env, report):
+def test_spend_report_shows_each_actors_spent_tokens(env, report, agents):
     s = env.settings
     per = s.tokens_per_call
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     caller, other = env.subject(actor_a), env.subject(actor_b)
     with report(14) as v:
         v.note(env.fresh_buckets())

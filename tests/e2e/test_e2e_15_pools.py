@@ -14,16 +14,16 @@ from tests.e2e.conftest import require_pulumi_cli
 from tests.e2e.e2elib.checks import admitted_calls, judge_pool, pool_check_limits
 from tests.e2e.e2elib.stack import UNSET, stack_changes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agents(2)]
 
 CHECK = 15
 
 
-def test_a_pool_and_a_per_model_limit(env, report):
+def test_a_pool_and_a_per_model_limit(env, report, agents):
     require_pulumi_cli(CHECK)
     s = env.settings
     per = s.tokens_per_call
-    actor_a, actor_b = s.demo_actors[:2]
+    actor_a, actor_b = agents
     model_limit, pool_limit = pool_check_limits(per)
     budgets = env.stack.get_value("budgets")
     policy = env.stack.get_value("budgetPolicy")

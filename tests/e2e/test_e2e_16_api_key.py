@@ -1,5 +1,7 @@
 """Check 16 (stacks with the apiKeys source): the API-key agent calls the API-key listener with its key and is
-metered as `apikey.<name>`, also when it sends another actor's x-actor-id; the model gets the provider key. Calls
+metered as `apikey.<name>`, also when it sends another actor's x-actor-id, and when it sends its key in each other
+header of `identity.apiKeys.headers` (e.g. `x-api-key`); the model gets the provider key in Authorization and, as the
+mock reports it, no x-api-key (the AIServiceBackend's headerMutation.remove). Calls
 straight to the gateway with a wrong key, with the agent's key on the JWT listener, with a service-account token
 on the API-key listener, and with nothing, each get 401 and charge nobody (the JWT-listener and token cases where
 the stack has that listener and those agents).
@@ -28,8 +30,13 @@ def test_an_api_key_agent_is_metered_as_its_key(env, report):
         [call] = env.run_calls(agent, 1)
         spoofed_as = env.subject(s.demo_actors[0])
         [spoofed] = env.run_calls(agent, 1, headers={"x-actor-id": spoofed_as})
-        after_calls = env.totals(agent)[agent]
         key = env.kube.secret_value(s.agent_namespace, f"{agent}-api-key", "key")
+        in_header = {  # the key where the listener also looks for it, and no Authorization at all
+            header: env.run_calls(agent, 1, authorization=None, headers={header: key})[0]
+            for header in s.api_key_headers
+            if header != "authorization"
+        }
+        after_calls = env.totals(agent)[agent]
         wrong = key[:-1] + ("x" if key[-1] != "x" else "y")
         refused = {
             "a wrong key on the API-key listener": env.gateway_call({"x-api-key": wrong}, listener="apikeys"),
@@ -44,4 +51,14 @@ def test_an_api_key_agent_is_metered_as_its_key(env, report):
             )
         time.sleep(2.0)  # anything wrongly charged at stream end has landed by now
         after_refused = env.totals(agent)[agent]
-        judge_api_key(v, subject, call, spoofed, spoofed_as, refused, before, after_calls, after_refused, per)
+        judge_api_key(
+            v,
+            subject,
+            call,
+            spoofed,
+            spoofed_as,
+            in_header,
+            refused,
+            (before, after_calls, after_refused),
+            per,
+        )

@@ -11,6 +11,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.identity import API_KEYS, JWT_SOURCES
+from core.manifests import API_KEY_LISTENER, JWT_LISTENER
+
 from .counters import CounterReading
 from .evidence import describe_outcome, excerpt, format_call, format_counters, format_transition, short_name, thousands
 from .httpcall import HttpReply
@@ -29,13 +32,13 @@ TITLES: dict[int, str] = {
     8: "With a class giving actor-b 5,000 tokens, actor-b is held to its own limit and actor-a to the default",
     9: "A Redis restart keeps spent budgets: actor-a's counter and its 429 boundary are unchanged",
     10: "With the rate-limit store unreachable, the fail-open stack admits a call and fail-closed refuses it",
-    11: "A usd class limit refuses actor-b's call after the one that crosses it; each call is charged its price",
+    11: "A usd class limit refuses an agent's call after the one that crosses it; each call is charged its price",
     12: "A class with two windows is refused by the smaller one; every call charges both",
     13: "A suspended actor gets 403 saying so, with its counters untouched; lifted, it is admitted again",
     14: "`make spend --json` shows actor-a's spent tokens (calls x the mock's tokens) and actor-b's unchanged",
     15: "A pool refuses actor-a once actor-b spent it; a per-model limit refuses only calls to its model",
-    16: "An API-key agent is metered as apikey.<name> whatever x-actor-id it sends; a wrong key, the key on the "
-    "JWT listener, a token on the API-key listener or nothing gets 401",
+    16: "An API-key agent is metered as apikey.<name> whatever x-actor-id it sends, and its key never reaches the "
+    "model; a wrong key, the key on the JWT listener, a token on the API-key listener or nothing gets 401",
     17: "A service account not in agent-budgets:actors gets 403 saying so, and a token for the API server's "
     "audience the JWT filter's 403; neither is charged",
 }
@@ -64,6 +67,69 @@ def inapplicable_reason(number: int, source: str, settings: Any) -> str | None:
             f"(this run is IDENTITY={settings.identity})"
         )
     return None
+
+
+LISTENER_SOURCES: dict[str, tuple[str, ...]] = {JWT_LISTENER: tuple(JWT_SOURCES), API_KEY_LISTENER: (API_KEYS,)}
+"""The identity sources that give the Gateway each listener (core.manifests `gateway_listeners`)."""
+
+
+def missing_listener_reason(number: int, listener: str, settings: Any) -> str | None:
+    """Why check `number`, which calls the Gateway's `listener` from outside any agent, does not apply here (None:
+    the stack has that listener)."""
+    have = [name for name, _ in settings.listeners]
+    if listener in have:
+        return None
+    return (
+        f"check {number} calls the {listener} listener, which only a stack with the "
+        f"{' or '.join(LISTENER_SOURCES[listener])} identity source has; stack {settings.pulumi_stack} accepts "
+        f"{', '.join(settings.sources)}, so its Gateway has only {', '.join(have)}"
+    )
+
+
+def _agents_rule(settings: Any) -> str:
+    """Which agents the run's dev environment runs for a stack (scripts/up.sh `demo-actors` and `agent-pods`)."""
+    if settings.on_substrate:
+        return f"it runs the Substrate actors {', '.join(settings.demo_actors)}, agents only of a stack with substrate"
+    return (
+        f"it runs the service-account agents {', '.join(settings.demo_actors)} for a stack with kubernetes and the "
+        f"API-key agent {settings.api_key_agent} for one with apiKeys"
+    )
+
+
+def too_few_agents_reason(number: int, count: int, settings: Any) -> str | None:
+    """Why check `number`, which calls as `count` different agents, cannot run here (None: it can). An agent of any
+    source will do: a budget is charged to the caller's x-actor-id whether a JWT or an API key named it."""
+    agents = settings.listed_agents
+    if len(agents) >= count:
+        return None
+    have = ", ".join(settings.actor_id(agent) for agent in agents) or "none"
+    wanted = "one agent" if count == 1 else f"{count} different agents"
+    return (
+        f"check {number} calls as {wanted}; the dev environment of `{settings.make_up}` has "
+        f"{len(agents)} for stack {settings.pulumi_stack} (identity.sources: {', '.join(settings.sources)}): {have} "
+        f"({_agents_rule(settings)})"
+    )
+
+
+def skip_reason(
+    number: int, settings: Any, *, source: str | None = None, listener: str | None = None, agents: int = 0
+) -> str | None:
+    """The first reason check `number` does not apply to the stack and its environment (None: it runs), from what
+    its marks say it needs: an identity source, a listener it calls from outside, how many agents it calls as."""
+    reasons = (
+        inapplicable_reason(number, source, settings) if source is not None else None,
+        missing_listener_reason(number, listener, settings) if listener is not None else None,
+        too_few_agents_reason(number, agents, settings),
+    )
+    return next((reason for reason in reasons if reason is not None), None)
+
+
+def agents_for(count: int, settings: Any) -> tuple[str, ...]:
+    """The `count` agents a check calls as: the first of the stack's agents, of whichever source."""
+    agents = tuple(settings.listed_agents)
+    if len(agents) < count:
+        raise RuntimeError(f"{count} agents wanted; stack {settings.pulumi_stack} has {len(agents)}: {agents}")
+    return agents[:count]
 
 
 FAIL_CLOSED_STATUS = 500
@@ -484,29 +550,42 @@ def judge_api_key(
     call: Call,
     spoofed: Call,
     spoofed_as: str,
+    in_header: Mapping[str, Call],
     refused: Mapping[str, Call],
-    before: int,
-    after_calls: int,
-    after_refused: int,
+    counters: tuple[int, int, int],
     per_call: int,
 ) -> None:
-    """Check 16: the API-key agent's own call and a spoofing one, each charged to `subject`; then the refused
-    direct calls, which change no counter."""
-    v.note(f"{short_name(subject)} call: {format_call(call)}; upstream saw x-actor-id: {call.upstream_actor_id}")
-    v.note(f"{short_name(subject)} sent x-actor-id: {spoofed_as}; upstream saw x-actor-id: {spoofed.upstream_actor_id}")
+    """Check 16: the API-key agent's own call, a spoofing one and one with its key in each other header the listener
+    reads (`in_header`, by header), each charged to `subject`, each reaching the model with the provider key in
+    Authorization and no x-api-key (the mock reports both, as classifications); then the refused direct calls, which
+    change no counter. `counters` is the agent's spend before, after its calls and after the refused ones."""
+    before, after_calls, after_refused = counters
+    who = short_name(subject)
+    own = {
+        "the API-key agent's call": call,
+        "the API-key agent's spoofing call": spoofed,
+        **{f"the API-key agent's call with its key in {header}": made for header, made in in_header.items()},
+    }
+    v.note(f"{who} call: {format_call(call)}; upstream saw x-actor-id: {call.upstream_actor_id}")
+    v.note(f"{who} sent x-actor-id: {spoofed_as}; upstream saw x-actor-id: {spoofed.upstream_actor_id}")
     v.note(f"credential the model received: {call.credential or 'unknown'}")
-    _expect_ok(v, "the API-key agent's call", call, per_call)
-    _expect_ok(v, "the API-key agent's spoofing call", spoofed, per_call)
-    v.expect_equal("x-actor-id the model saw", call.upstream_actor_id, subject)
-    v.expect_equal("x-actor-id the model saw on the spoofing call", spoofed.upstream_actor_id, subject)
-    v.expect_equal("credential the model received", call.credential, "provider-key")
-    v.note(f"{short_name(subject)} counter: {before} -> {after_calls} (two calls) -> {after_refused} (refused calls)")
-    v.expect_equal(f"{short_name(subject)} counter after its two calls", after_calls - before, 2 * per_call)
+    v.note(f"x-api-key the model received: {call.upstream_x_api_key or 'unknown'}")
+    for label, made in own.items():
+        _expect_ok(v, label, made, per_call)
+        if made.status != 200:
+            continue
+        v.expect_equal(f"x-actor-id the model saw on {label}", made.upstream_actor_id, subject)
+        v.expect_equal(f"credential the model received on {label}", made.credential, "provider-key")
+        # The mock provider's key goes in Authorization, so any x-api-key reaching it is the agent's.
+        v.expect_equal(f"x-api-key the model received on {label}", made.upstream_x_api_key, "absent")
+    calls = f"{len(own)} calls"
+    v.note(f"{who} counter: {before} -> {after_calls} ({calls}) -> {after_refused} (refused calls)")
+    v.expect_equal(f"{who} counter after its {calls}", after_calls - before, len(own) * per_call)
     for label, refusal in refused.items():
         status = refusal.status if refusal.status is not None else describe_outcome(refusal)
         v.note(f"{label}: {status} ({excerpt(refusal.body, 60)})")
         v.expect(refusal.status == 401, f"{label}: expected HTTP 401, got {describe_outcome(refusal)}")
-    v.expect_equal(f"{short_name(subject)} counter after the refused calls", after_refused, after_calls)
+    v.expect_equal(f"{who} counter after the refused calls", after_refused, after_calls)
 
 
 # --- 17 ------------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ class Settings:
     kubernetes_issuer: str = _IDENTITY.kubernetes.issuer
     kubernetes_audience: str = _IDENTITY.kubernetes.audience
     api_key_port: int = _IDENTITY.api_keys.port
+    api_key_headers: tuple[str, ...] = tuple(_IDENTITY.api_keys.headers)
     # The Substrate-free environment's agents: plain pods in one namespace, each as its own service account.
     agent_namespace: str = "agents"
     api_key_agent: str = "actor-key"
@@ -157,9 +158,10 @@ class Settings:
 
     @property
     def listed_agents(self) -> tuple[str, ...]:
-        """The probe agents that are actors of the stack, each of which must answer before any check runs."""
+        """The probe agents that are actors of the stack, each of which must answer before any check runs: the
+        agents the checks call, of whichever source (conftest's `agents` fixture hands out the first ones)."""
         if self.on_substrate:
-            return self.demo_actors
+            return self.demo_actors if SUBSTRATE in self.sources else ()
         service_accounts = self.demo_actors if KUBERNETES in self.sources else ()
         return (*service_accounts, *((self.api_key_agent,) if API_KEYS in self.sources else ()))
 
@@ -172,6 +174,11 @@ class Settings:
         # accounts, and the API-key agent only for one with API keys (scripts/up.sh `agent-pods`).
         unlisted = (self.unlisted_agent,) if KUBERNETES in self.sources else ()
         return (*self.listed_agents, *unlisted)
+
+    @property
+    def make_up(self) -> str:
+        """The command that brings up this run's dev environment."""
+        return "make up" if self.on_substrate else "make up IDENTITY=kubernetes"
 
     def actor_id(self, actor: str) -> str:
         """How `agent-budgets:actors` writes the probe agent `actor` (core.identity)."""
@@ -219,6 +226,7 @@ def stack_values(stack: StackSettings) -> dict[str, object]:
         "kubernetes_issuer": stack.identity.kubernetes.issuer,
         "kubernetes_audience": stack.identity.kubernetes.audience,
         "api_key_port": stack.identity.api_keys.port,
+        "api_key_headers": tuple(stack.identity.api_keys.headers),
         "gateway_port": stack.gateway.port,
     }
 

@@ -22,6 +22,7 @@ class Call:
     remaining: str | None = None  # x-ratelimit-remaining: the bucket before this call is charged
     credential: str | None = None  # what the model got in Authorization: provider-key|jwt|other|absent
     upstream_actor_id: str | None = None  # the x-actor-id the model saw
+    upstream_x_api_key: str | None = None  # what the model got in x-api-key: provider-key|jwt|other|absent
     headers: Mapping[str, str] = field(default_factory=dict)
     body: str = ""
     error_stage: str | None = None  # dns|connect|send|receive|timeout|ingress|probe-input
@@ -80,6 +81,7 @@ def parse_probe_reply(http_status: int, text: str) -> Call:
         remaining=headers.get("x-ratelimit-remaining"),
         credential=dig(mock, "credential", "authorization") or headers.get("x-mock-authorization"),
         upstream_actor_id=dig(mock, "x_actor_id") or headers.get("x-mock-x-actor-id"),
+        upstream_x_api_key=dig(mock, "credential", "x_api_key") or headers.get("x-mock-x-api-key"),
         headers=headers,
         body=str(payload.get("body") or ""),
         stream_events=_int(stream.get("events")) if stream else None,
