@@ -1,6 +1,7 @@
-"""Write the resource baseline of the dev and prod stacks: what `pulumi up` of each stack file registers.
+"""Write the resource baseline of the dev and prod stacks (and of `full`, every optional feature on): what `pulumi up`
+of each registers.
 
-    venv/bin/python scripts/gen_resource_baseline.py   # rewrite tests/fixtures/resource-baseline/{dev,prod}.json
+    venv/bin/python scripts/gen_resource_baseline.py   # rewrite tests/fixtures/resource-baseline/{dev,prod,full}.json
 
 The committed files were written by this script at the commit that added it, from the program as it was before
 `AgentBudgets` (every component registered at the stack root): check that commit out and run it to regenerate them.
@@ -17,6 +18,7 @@ inputs (a digest, so that no secret value, not even a mock one, is written to th
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import sys
@@ -28,9 +30,48 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 BASELINE_DIR = ROOT / "tests" / "fixtures" / "resource-baseline"
-STACKS = ("dev", "prod")
+STACKS = ("dev", "prod", "full")
 # Stand-ins for the prod stack's secret config (the same as scripts/gen_docs.py's): only their digest is written.
 EXAMPLE_SECRETS = {"openaiApiKey": "example", "anthropicApiKey": "example", "redisPassword": "example"}
+# The `full` stack's, with the Sentinels' password.
+FULL_SECRETS = {**EXAMPLE_SECRETS, "redisSentinelPassword": "example"}
+EXAMPLE_CA = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmg\n-----END CERTIFICATE-----\n"
+
+
+def full_config() -> dict[str, Any]:
+    """The prod stack with every optional feature on: all three identity sources (the Kubernetes JWKS fetched
+    through the API server), a pool, a suspended actor, an external Redis Sentinel over TLS with a private CA and its
+    own password, the PrometheusRule, every PodMonitor (envoy-proxy too) and the dashboard; egress policies on."""
+    from tests.support.program import stack_config
+
+    config = copy.deepcopy(stack_config("prod"))
+    config["identity"] = {"sources": ["substrate", "kubernetes", "apiKeys"], "kubernetes": {"jwks": "apiServer"}}
+    members = ["serviceaccount:agents/research-bot", "apikey:ci-bot"]
+    config["actors"] = [*config["actors"], *members, "apikey:nightly"]
+    config["suspended"] = ["apikey:nightly"]
+    config["budgets"]["pools"] = [
+        {"name": "team", "atespaces": ["agents"], "members": members, "limits": [{"tokens": 900000, "per": "Day"}]}
+    ]
+    config["budgetPolicy"]["classSlots"] = 4
+    config["redis"] = {
+        "mode": "external",
+        "type": "sentinel",
+        "url": "mymaster,sentinel-0.example:26379",
+        "tls": True,
+        "tlsCaCertificate": EXAMPLE_CA,
+        "sentinelPasswordConfig": "redisSentinelPassword",
+    }
+    config["monitoring"] = {"prometheusRules": True, "podMonitors": True, "proxyMetrics": True, "dashboard": True}
+    return config
+
+
+def stack_inputs(stack: str) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The configuration and the secret configuration of one baseline stack."""
+    from tests.support.program import stack_config
+
+    if stack == "full":
+        return full_config(), FULL_SECRETS
+    return stack_config(stack), EXAMPLE_SECRETS if stack == "prod" else None
 
 
 def inputs_digest(inputs: dict[str, Any]) -> str:
@@ -40,10 +81,10 @@ def inputs_digest(inputs: dict[str, Any]) -> str:
 
 def stack_run(stack: str) -> Any:
     """The program under mocks for Pulumi.<stack>.yaml (the unit tests' harness)."""
-    from tests.support.program import run_program, stack_config
+    from tests.support.program import run_program
 
-    secrets = EXAMPLE_SECRETS if stack == "prod" else None
-    return run_program(stack_config(stack), secrets=secrets, stack=stack)
+    config, secrets = stack_inputs(stack)
+    return run_program(config, secrets=secrets, stack=stack)
 
 
 def engine_resources(stack: str) -> list[Any]:
