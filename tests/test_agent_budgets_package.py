@@ -57,7 +57,21 @@ def test_one_version_names_the_package_the_distribution_and_the_plugin():
     schema = package_schema()
     assert (schema["name"], schema["version"]) == (PACKAGE_NAME, VERSION)
     main = (ROOT / "plugin" / "__main__.py").read_text(encoding="utf-8")
-    assert "component_provider_host(PACKAGE_COMPONENTS, name=PACKAGE_NAME, version=VERSION)" in main
+    assert "serve(PackageProvider(), sys.argv[1:])" in main
+
+
+def test_the_schema_marks_the_secrets_so_generated_sdks_keep_them_secret():
+    """A generated TypeScript SDK wraps each `secret: true` input in `pulumi.secret` and asks for each such output as
+    an additional secret output (pulumi/pulumi pkg/codegen/nodejs/gen.go): the secret inputs and `apiKeys` are
+    marked; the configuration sections are not (they hold no secret: the checks refuse one there)."""
+    resource = package_schema()["resources"][COMPONENT_TYPE]
+    marked_inputs = {key for key, spec in resource["inputProperties"].items() if spec.get("secret")}
+    marked_outputs = {key for key, spec in resource["properties"].items() if spec.get("secret")}
+    assert marked_inputs == {"kubeconfig", "redisPassword", "redisSentinelPassword"}
+    assert marked_outputs == {"apiKeys"}
+    # providerApiKeys stays a plain map of inputs (its names are read at construct time), each value an input.
+    assert resource["inputProperties"]["providerApiKeys"]["plain"] is True
+    assert resource["inputProperties"]["providerApiKeys"]["additionalProperties"]["type"] == "string"
 
 
 def test_the_plugin_declares_a_python_runtime_with_the_programs_requirements():
