@@ -1616,6 +1616,109 @@ def check_route_policies_merge(resources: Sequence[Resource], config: Mapping[st
     return problems
 
 
+API_KEY_AUTH_KINDS = frozenset({"Gateway", "HTTPRoute"})
+
+
+def _api_key_headers(resource: Resource) -> set[str] | None:
+    """The lowercased headers an `apiKeyAuth` reads its keys from (`apiKeyAuth.extractFrom[].headers`, envoyproxy/
+    gateway v1.9.0 api/v1alpha1 APIKeyAuth; an entry holds headers, params or cookies), None while unknown."""
+    extract_from = dig(resource.spec, "apiKeyAuth", "extractFrom")
+    if has_unknown(extract_from):
+        return None
+    return {
+        lower(header)
+        for source in as_list(extract_from)
+        for header in as_list(as_dict(source).get("headers"))
+        if lower(header)
+    }
+
+
+def _routes_under(resources: Sequence[Resource], target: tuple[str, str, str]) -> list[Resource]:
+    """The AIGatewayRoutes a policy target covers: those attached to a targeted Gateway, or the one whose
+    generated HTTPRoute (same name, same namespace) is targeted."""
+    namespace, kind, name = target
+    routes: list[Resource] = []
+    for route in resources:
+        if not route.is_kind("aigateway.envoyproxy.io", "AIGatewayRoute"):
+            continue
+        if kind == "HTTPRoute":
+            if route.namespace == namespace and dig(route.props, "metadata", "name") == name:
+                routes.append(route)
+            continue
+        for ref in as_list(route.spec.get("parentRefs")):
+            ref = as_dict(ref)
+            on_target = ref.get("kind", "Gateway") == "Gateway" and ref.get("name") == name
+            if on_target and (ref.get("namespace") or route.namespace) == namespace:
+                routes.append(route)
+                break
+    return routes
+
+
+def _backend_refs(route: Resource) -> Iterator[tuple[tuple[str, str], set[str] | None]]:
+    """((namespace, name) of each AIServiceBackend a route's rules use, the lowercased headers that backendRef's own
+    `headerMutation.remove` drops, None while unknown). Agent Router merges a backendRef's header mutation with its
+    AIServiceBackend's (envoyproxy/ai-gateway v1.1.0 internal/controller/gateway.go `mergeHeaderMutations`), so a
+    removal on either side keeps the header from the provider. An InferencePool ref (group and kind set) is no
+    AIServiceBackend."""
+    for rule in as_list(route.spec.get("rules")):
+        for ref in as_list(as_dict(rule).get("backendRefs")):
+            ref = as_dict(ref)
+            if ref.get("kind", "AIServiceBackend") != "AIServiceBackend" or not isinstance(ref.get("name"), str):
+                continue
+            namespace = ref.get("namespace") or route.namespace
+            if not isinstance(namespace, str):
+                continue
+            removed = dig(ref, "headerMutation", "remove")
+            headers = None if has_unknown(removed) else {lower(h) for h in as_list(removed) if lower(h)}
+            yield (namespace, ref["name"]), headers
+
+
+def check_backends_remove_api_key_headers(
+    resources: Sequence[Resource], config: Mapping[str, Any]
+) -> list[StackProblem]:
+    """While a SecurityPolicy reads API keys from headers, every AIServiceBackend its Gateway's routes use removes
+    `authorization` and each of those headers (compared case-insensitively): `sanitize` removes the keys only on
+    the policy's own listener, so a key sent beside a JWT on another listener, or as a bearer token, would
+    otherwise reach the provider."""
+    del config
+    backends = {
+        (r.namespace, str(dig(r.props, "metadata", "name"))): r
+        for r in resources
+        if r.is_kind("aigateway.envoyproxy.io", "AIServiceBackend")
+    }
+    missing: dict[tuple[str, str], set[str]] = {}
+    reasons: dict[tuple[str, str], set[str]] = {}
+    for policy in resources:
+        if not policy.is_kind("gateway.envoyproxy.io", "SecurityPolicy") or "apiKeyAuth" not in policy.spec:
+            continue
+        key_headers = _api_key_headers(policy)
+        if key_headers is None:
+            continue
+        required = key_headers | {AUTHORIZATION}
+        for target in sorted(t for t in target_keys(policy) if t[1] in API_KEY_AUTH_KINDS):
+            for route in _routes_under(resources, target):
+                for key, ref_removed in _backend_refs(route):
+                    backend = backends.get(key)
+                    removed = dig(backend.spec, "headerMutation", "remove") if backend else None
+                    if backend is None or ref_removed is None or has_unknown(removed):
+                        continue  # another rule's subject, or unknown during preview
+                    kept = required - ref_removed - {lower(h) for h in as_list(removed)}
+                    if kept:
+                        missing.setdefault(key, set()).update(kept)
+                        reasons.setdefault(key, set()).add(f"{policy.kind} {policy.object_name}")
+    return [
+        StackProblem(
+            f"{backends[key].describe()} does not remove {', '.join(sorted(headers))} although "
+            f"{' and '.join(sorted(reasons[key]))} reads API keys from headers: an agent's key (or token) sent in "
+            "them would reach the provider, since sanitize strips the keys only on that policy's listener. List "
+            "each in the backend's spec.headerMutation.remove (the program lists authorization and every header "
+            "of identity.apiKeys.headers)",
+            backends[key].urn,
+        )
+        for key, headers in sorted(missing.items())
+    ]
+
+
 # `appendonly yes` as a redis.conf line (also inside a heredoc) or `--appendonly yes` on the command line.
 _APPENDONLY = re.compile(r"(?:^[ \t]*|--)appendonly[ \t=]+\"?(yes|no)\b", re.IGNORECASE | re.MULTILINE)
 
@@ -1804,6 +1907,17 @@ budget_costs_reported_by_every_route = StackValidationPolicy(
     severity=Severity.HIGH,
 )
 
+ai_service_backends_remove_api_key_headers = StackValidationPolicy(
+    name="ai-service-backends-remove-api-key-headers",
+    description=(
+        "While a SecurityPolicy has an apiKeyAuth, every AIServiceBackend its Gateway's routes use removes "
+        "authorization and each header the apiKeyAuth reads keys from, so no agent's key reaches a provider."
+    ),
+    validate=_stack_validation(check_backends_remove_api_key_headers),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+)
+
 budget_models_served_by_a_route = StackValidationPolicy(
     name="budget-models-served-by-a-route",
     description=(
@@ -1889,6 +2003,7 @@ idp_trust_verifies_certificates = ResourceValidationPolicy(
 
 MANDATORY_POLICIES: list[Policy] = [
     ai_service_backend_removes_authorization,
+    ai_service_backends_remove_api_key_headers,
     budget_rules_charge_llm_tokens,
     actor_header_untouched,
     jwt_names_the_actor,

@@ -229,6 +229,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
     advisory = {p.name for p in rules.POLICIES if p.enforcement_level == pulumi_policy.EnforcementLevel.ADVISORY}
     assert mandatory == {
         "ai-service-backend-removes-authorization",
+        "ai-service-backends-remove-api-key-headers",
         "budget-rules-charge-llm-tokens",
         "actor-header-untouched",
         "jwt-names-the-actor",
@@ -1304,6 +1305,23 @@ BROKEN: list[Broken] = [
         "BackendTrafficPolicy agent-budgets/agent-budgets",
         count=3,  # agents/actor-b, serviceaccount:agents/probe-sa and apikey:probe-key
     ),
+    # -- API keys: no key header reaches a provider, from either listener
+    Broken(
+        "backend-keeps-the-api-key-header",
+        rules.ai_service_backends_remove_api_key_headers,
+        "dev-identities",
+        lambda rs: _spec(rs, "AIServiceBackend")["headerMutation"].update(remove=["Authorization"]),
+        "does not remove x-api-key although SecurityPolicy agent-budgets/agent-budgets-api-keys reads API keys",
+        "AIServiceBackend agent-budgets/mock",
+    ),
+    Broken(
+        "backend-misses-a-key-header-added-to-the-policy",
+        rules.ai_service_backends_remove_api_key_headers,
+        "dev-api-keys-only",
+        lambda rs: _api_key_policy(rs)["apiKeyAuth"]["extractFrom"].append({"headers": ["X-Team-Key", "x-api-key"]}),
+        "does not remove x-team-key although",
+        "AIServiceBackend agent-budgets/mock",
+    ),
     Broken(
         "no-api-key-security-policy",
         rules.budget_rules_cover_each_actor_once,
@@ -1335,6 +1353,34 @@ def test_no_other_rule_s_message_is_the_same(case: Broken):
     """Each expected message belongs to one rule: no other case of another rule expects it."""
     others = [c.expected for c in BROKEN if c.policy is not case.policy]
     assert not any(case.expected in other or other in case.expected for other in others)
+
+
+def test_api_key_headers_removed_on_the_route_s_backend_ref_or_in_another_case_pass():
+    """Agent Router merges a backendRef's removals with its AIServiceBackend's (envoyproxy/ai-gateway v1.1.0
+    internal/controller/gateway.go `mergeHeaderMutations`) and lowercases header names (`headerMutationToFilterAPI`),
+    so either place, in any case, keeps the key from the provider; without an apiKeyAuth nothing is required."""
+    policy = rules.ai_service_backends_remove_api_key_headers
+    resources = captured("dev-identities")
+    _spec(resources, "AIServiceBackend")["headerMutation"].update(remove=["AUTHORIZATION"])
+    assert len(validate(policy, "dev-identities", resources)) == 1
+    refs = [
+        ref
+        for r in resources
+        if r.kind == "AIGatewayRoute"
+        for rule in r.inputs["spec"]["rules"]
+        for ref in rule["backendRefs"]
+    ]
+    assert refs
+    for ref in refs:
+        ref["headerMutation"] = {"remove": ["X-Api-Key"]}
+    assert validate(policy, "dev-identities", resources) == []
+    dev = captured("dev")
+    _spec(dev, "AIServiceBackend")["headerMutation"].update(remove=["authorization"])
+    assert validate(policy, "dev", dev) == []
+    _api_key_policy(resources)["apiKeyAuth"]["extractFrom"] = [{"headers": UNKNOWN_STRING_VALUE}]
+    for ref in refs:
+        ref.pop("headerMutation")
+    assert validate(policy, "dev-identities", resources) == []  # the key headers are unknown during preview
 
 
 def test_a_malformed_filter_order_is_reported_like_a_missing_one():
