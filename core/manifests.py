@@ -691,6 +691,8 @@ def mock_model_deployment_spec(settings: StackSettings, server_source: str, key_
                             {"name": "PORT", "value": str(MOCK_MODEL_PORT)},
                             {"name": "MOCK_TOTAL_TOKENS", "value": str(settings.mock_model.total_tokens)},
                             {"name": "PYTHONUNBUFFERED", "value": "1"},
+                            # Names only, never values: e2e check 16 reads which key headers reached the model.
+                            {"name": "MOCK_ECHO_HEADER_NAMES", "value": "true"},
                             {
                                 "name": "MOCK_EXPECTED_API_KEY",
                                 "valueFrom": {"secretKeyRef": {"name": key_secret, "key": API_KEY_SECRET_FIELD}},

@@ -3,10 +3,13 @@
 Standard library only and self-contained: the file is shipped in a ConfigMap and run with
 ``python /app/server.py``. It reports every call's usage as ``MOCK_TOTAL_TOKENS`` so a token budget
 charges an exact, known amount, and it tells the caller which credential and ``x-actor-id`` it
-received (as classifications, never the secret values).
+received (as classifications, never the secret values). With MOCK_ECHO_HEADER_NAMES on, it also
+lists the names (never the values) of every request header that reached it in ``x-mock-header-names``, so
+a check can see that no header carrying an agent's credential got past the gateway.
 
 Environment: PORT (8080), MOCK_TOTAL_TOKENS (200), MOCK_MODEL_NAME (mock-model),
-MOCK_EXPECTED_API_KEY (optional provider key the gateway is expected to inject).
+MOCK_EXPECTED_API_KEY (optional provider key the gateway is expected to inject),
+MOCK_ECHO_HEADER_NAMES (``true``/``1`` to send ``x-mock-header-names``; off when unset, empty, ``false`` or ``0``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,6 +35,8 @@ MAX_BODY_BYTES = 10 * 1024 * 1024
 Extra = Mapping[str, str] | None  # additional response headers
 CLOSE = {"Connection": "close"}  # send_header() then closes the connection after the response
 _JWS = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
+HEADER_NAMES = "x-mock-header-names"
+_SWITCH = {"": False, "0": False, "false": False, "1": True, "true": True}
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Settings:
     total_tokens: int = 200
     model_name: str = "mock-model"
     expected_api_key: str = ""
+    echo_header_names: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -47,7 +53,10 @@ class Settings:
         if not 0 <= port <= 65535 or total < 0:
             raise ValueError("PORT must be 0-65535 and MOCK_TOTAL_TOKENS must be >= 0")
         model = env.get("MOCK_MODEL_NAME") or "mock-model"
-        return cls(port, total, model, env.get("MOCK_EXPECTED_API_KEY", ""))
+        echo = _SWITCH.get(env.get("MOCK_ECHO_HEADER_NAMES", "").strip().lower())
+        if echo is None:
+            raise ValueError("MOCK_ECHO_HEADER_NAMES must be true, false, 1, 0 or empty")
+        return cls(port, total, model, env.get("MOCK_EXPECTED_API_KEY", ""), echo)
 
     def usage(self) -> dict[str, int]:
         prompt = self.total_tokens // 4
@@ -79,6 +88,11 @@ def received(headers: Mapping[str, str], settings: Settings) -> dict[str, Any]:
         },
         "x_actor_id": headers.get("x-actor-id"),
     }
+
+
+def header_names(names: Iterable[str]) -> str:
+    """The request's header names, lowercased, each once, sorted and comma-separated: names only, never values."""
+    return ",".join(sorted({name.strip().lower() for name in names if name.strip()}))
 
 
 def error_body(message: str, code: str | None = None) -> dict[str, Any]:
@@ -116,6 +130,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "mock-model/1"
     settings = Settings()
     seen: dict[str, Any] = received({}, settings)  # replaced per request; read by log_request
+    names = ""  # the request's header names, replaced per request
     stream = False
 
     def _send(self, status: int, body: bytes, content_type: str, extra: Extra = None) -> None:
@@ -131,6 +146,8 @@ class Handler(BaseHTTPRequestHandler):
         }
         if self.seen["x_actor_id"] is not None:
             headers["x-mock-x-actor-id"] = self.seen["x_actor_id"]
+        if self.settings.echo_header_names:
+            headers[HEADER_NAMES] = self.names
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
@@ -158,6 +175,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         self.seen = received({k.lower(): v for k, v in self.headers.items()}, self.settings)
+        self.names = header_names(self.headers.keys())
         self.stream = False
         body = self._read_body()
         if body is None:
@@ -232,7 +250,8 @@ def main() -> None:
         f"mock-model listening on {server.server_address[0]}:{server.server_address[1]}"
         f" total_tokens={usage['total_tokens']} prompt_tokens={usage['prompt_tokens']}"
         f" completion_tokens={usage['completion_tokens']}"
-        f" provider_key={'set' if settings.expected_api_key else 'unset'}\n"
+        f" provider_key={'set' if settings.expected_api_key else 'unset'}"
+        f" header_names={'on' if settings.echo_header_names else 'off'}\n"
     )
     sys.stderr.flush()
     try:

@@ -2330,29 +2330,47 @@ def test_short_names_of_every_source():
     ] == ["actor-a", "actor-a", "actor-key", "x"]
 
 
+UPSTREAM_NAMES = ("authorization", "content-type", "host", "x-actor-id", "x-request-id")  # what reaches the mock
+
+
 def test_judge_api_key():
     subject, victim = "apikey.actor-key", "system:serviceaccount:agents:actor-a"
-    own = ok_call(upstream_actor_id=subject, upstream_x_api_key="absent")
+    keys = ("authorization", "x-api-key", "x-team-key")  # identity.apiKeys.headers
+    own = ok_call(upstream_actor_id=subject, upstream_x_api_key="absent", upstream_header_names=UPSTREAM_NAMES)
     refused = {"a wrong key": Call(status=401, body="Client authentication failed.")}
     good = Verdict(16, TITLES[16])
-    checks.judge_api_key(good, subject, own, own, victim, {"x-api-key": own}, refused, (0, 600, 600), 200)
+    in_header = {"x-api-key": own, "x-team-key": own}
+    checks.judge_api_key(good, subject, own, own, victim, in_header, keys, refused, (0, 800, 800), 200)
     assert good.passed, good.failures
     assert "x-api-key the model received: absent" in good.evidence
-    spoofed = ok_call(upstream_actor_id=victim, upstream_x_api_key="absent")
+    assert "header names the model received: authorization, content-type, host, x-actor-id, x-request-id" in (
+        good.evidence
+    )
+    spoofed = ok_call(upstream_actor_id=victim, upstream_x_api_key="absent", upstream_header_names=UPSTREAM_NAMES)
     leaked = ok_call(upstream_actor_id=subject, upstream_x_api_key="other")  # the agent's key got past the gateway
+    leaked = dataclasses.replace(leaked, upstream_header_names=(*UPSTREAM_NAMES, "x-api-key"))
+    # The custom key header got through: only the header names show it (the mock classifies x-api-key alone).
+    team = dataclasses.replace(own, upstream_header_names=tuple(sorted((*UPSTREAM_NAMES, "x-team-key"))))
+    unlisted = dataclasses.replace(own, upstream_header_names=None)  # a mock without MOCK_ECHO_HEADER_NAMES
     charged = {"a wrong key": Call(status=200)}
     bad = Verdict(16, TITLES[16])
-    checks.judge_api_key(bad, subject, own, spoofed, victim, {"x-api-key": leaked}, charged, (0, 600, 800), 200)
+    in_header = {"x-api-key": leaked, "x-team-key": team}
+    checks.judge_api_key(bad, subject, unlisted, spoofed, victim, in_header, keys, charged, (0, 800, 1000), 200)
     assert bad.failures == [
+        "the API-key agent's call: the mock did not list the header names it received (x-mock-header-names)",
         "x-actor-id the model saw on the API-key agent's spoofing call: expected 'apikey.actor-key', got "
         "'system:serviceaccount:agents:actor-a'",
         "x-api-key the model received on the API-key agent's call with its key in x-api-key: expected 'absent', got "
         "'other'",
+        "key headers the model received on the API-key agent's call with its key in x-api-key: expected [], got "
+        "['x-api-key']",
+        "key headers the model received on the API-key agent's call with its key in x-team-key: expected [], got "
+        "['x-team-key']",
         "a wrong key: expected HTTP 401, got HTTP 200",
-        "actor-key counter after the refused calls: expected 600, got 800",
+        "actor-key counter after the refused calls: expected 800, got 1000",
     ]
     short = Verdict(16, TITLES[16])  # one charge fewer than calls made: the counter says so
-    checks.judge_api_key(short, subject, own, own, victim, {}, {}, (0, 200, 200), 200)
+    checks.judge_api_key(short, subject, own, own, victim, {}, keys, {}, (0, 200, 200), 200)
     assert short.failures == ["actor-key counter after its 2 calls: expected 400, got 200"]
 
 
@@ -2362,6 +2380,16 @@ def test_what_the_mock_got_in_x_api_key_comes_through_the_probe():
     body = {"mock_received": {"credential": {"x_api_key": "absent"}}}
     assert parse_probe_reply(200, json.dumps({**reply, "json": body})).upstream_x_api_key == "absent"
     assert parse_probe_reply(200, json.dumps({**reply, "headers": {}})).upstream_x_api_key is None
+
+
+def test_the_header_names_the_mock_got_come_through_the_probe():
+    """The mock's x-mock-header-names (mock_model/server.py `header_names`: sorted, comma-separated) as a tuple; an
+    empty list is no name, and an answer without the header says nothing (None), which check 16 fails on."""
+    reply = {"ok": True, "status": 200, "headers": {"X-Mock-Header-Names": "host,x-actor-id"}, "json": {}}
+    assert parse_probe_reply(200, json.dumps(reply)).upstream_header_names == ("host", "x-actor-id")
+    empty = {**reply, "headers": {"x-mock-header-names": ""}}
+    assert parse_probe_reply(200, json.dumps(empty)).upstream_header_names == ()
+    assert parse_probe_reply(200, json.dumps({**reply, "headers": {}})).upstream_header_names is None
 
 
 def test_the_checks_run_on_any_source_s_agents_and_skip_naming_what_is_missing():

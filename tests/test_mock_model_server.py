@@ -218,6 +218,37 @@ def test_settings_from_env():
         mms.Settings.from_env({"MOCK_TOTAL_TOKENS": "-1"})
 
 
+def test_header_names_are_reported_only_when_asked_and_never_with_values(port):
+    """The response lists every request header name once, lowercased and sorted (a key header that got past the
+    gateway shows up by name); the values, keys included, never appear. The module's server has the echo off."""
+    sent = {"Authorization": f"Bearer {PROVIDER_KEY}", "X-Api-Key": "agent-key-123", "X-Team-Key": "team-key-456"}
+    _, quiet, _ = call(port, "POST", "/v1/chat/completions", CHAT, sent)
+    assert "x-mock-header-names" not in quiet
+    echo = mms.make_server("127.0.0.1", 0, mms.Settings(expected_api_key=PROVIDER_KEY, echo_header_names=True))
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    try:
+        cases = [  # http.client adds accept-encoding and host, and content-length only with a body
+            ("POST", "/v1/chat/completions", CHAT, "accept-encoding,authorization,content-length,content-type,"),
+            ("GET", "/nowhere", None, "accept-encoding,authorization,content-type,"),
+        ]
+        for method, path, body, first in cases:
+            _, headers, payload = call(echo.server_address[1], method, path, body, {**sent, "x-api-KEY": "again"})
+            names = headers["x-mock-header-names"]
+            assert names == first + "host,x-api-key,x-team-key"
+            assert not any(value in names or value in payload.decode() for value in ("agent-key-123", "team-key-456"))
+    finally:
+        echo.shutdown()
+        echo.server_close()
+    assert mms.header_names(["B", "a", "A ", ""]) == "a,b"
+
+
+@pytest.mark.parametrize(("value", "echo"), [("", False), ("0", False), ("False", False), ("1", True), ("true", True)])
+def test_the_header_name_echo_is_switched_by_the_environment(value, echo):
+    assert mms.Settings.from_env({"MOCK_ECHO_HEADER_NAMES": value}).echo_header_names is echo
+    with pytest.raises(ValueError, match="MOCK_ECHO_HEADER_NAMES must be true, false, 1, 0 or empty"):
+        mms.Settings.from_env({"MOCK_ECHO_HEADER_NAMES": "yes please"})
+
+
 def test_main_in_subprocess_uses_env_and_stops_on_sigterm():
     env = {
         **os.environ,

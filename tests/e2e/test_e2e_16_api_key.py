@@ -1,7 +1,8 @@
 """Check 16 (stacks with the apiKeys source): the API-key agent calls the API-key listener with its key and is
 metered as `apikey.<name>`, also when it sends another actor's x-actor-id, and when it sends its key in each other
 header of `identity.apiKeys.headers` (e.g. `x-api-key`); the model gets the provider key in Authorization and, as the
-mock reports it, no x-api-key (the AIServiceBackend's headerMutation.remove). Calls
+mock reports it, no x-api-key and no other header of `identity.apiKeys.headers` at all (the header names it lists in
+x-mock-header-names; the AIServiceBackend's headerMutation.remove). Calls
 straight to the gateway with a wrong key, with the agent's key on the JWT listener, with a service-account token
 on the API-key listener, and with nothing, each get 401 and charge nobody (the JWT-listener and token cases where
 the stack has that listener and those agents).
@@ -58,6 +59,7 @@ def test_an_api_key_agent_is_metered_as_its_key(env, report):
             spoofed,
             spoofed_as,
             in_header,
+            s.api_key_headers,
             refused,
             (before, after_calls, after_refused),
             per,

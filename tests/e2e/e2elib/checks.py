@@ -551,14 +551,17 @@ def judge_api_key(
     spoofed: Call,
     spoofed_as: str,
     in_header: Mapping[str, Call],
+    key_headers: Sequence[str],
     refused: Mapping[str, Call],
     counters: tuple[int, int, int],
     per_call: int,
 ) -> None:
     """Check 16: the API-key agent's own call, a spoofing one and one with its key in each other header the listener
     reads (`in_header`, by header), each charged to `subject`, each reaching the model with the provider key in
-    Authorization and no x-api-key (the mock reports both, as classifications); then the refused direct calls, which
-    change no counter. `counters` is the agent's spend before, after its calls and after the refused ones."""
+    Authorization and no x-api-key (the mock reports both, as classifications), and with no header of `key_headers`
+    (`identity.apiKeys.headers`) but Authorization, which then holds the provider's key, among the header names the
+    mock lists; then the refused direct calls, which change no counter. `counters` is the agent's spend before,
+    after its calls and after the refused ones."""
     before, after_calls, after_refused = counters
     who = short_name(subject)
     own = {
@@ -570,6 +573,9 @@ def judge_api_key(
     v.note(f"{who} sent x-actor-id: {spoofed_as}; upstream saw x-actor-id: {spoofed.upstream_actor_id}")
     v.note(f"credential the model received: {call.credential or 'unknown'}")
     v.note(f"x-api-key the model received: {call.upstream_x_api_key or 'unknown'}")
+    names = call.upstream_header_names
+    v.note(f"header names the model received: {'unknown' if names is None else ', '.join(names)}")
+    watched = [header.lower() for header in key_headers if header.lower() != "authorization"]
     for label, made in own.items():
         _expect_ok(v, label, made, per_call)
         if made.status != 200:
@@ -578,6 +584,11 @@ def judge_api_key(
         v.expect_equal(f"credential the model received on {label}", made.credential, "provider-key")
         # The mock provider's key goes in Authorization, so any x-api-key reaching it is the agent's.
         v.expect_equal(f"x-api-key the model received on {label}", made.upstream_x_api_key, "absent")
+        if made.upstream_header_names is None:
+            v.expect(False, f"{label}: the mock did not list the header names it received (x-mock-header-names)")
+        else:
+            reached = [header for header in watched if header in made.upstream_header_names]
+            v.expect_equal(f"key headers the model received on {label}", reached, [])
     calls = f"{len(own)} calls"
     v.note(f"{who} counter: {before} -> {after_calls} ({calls}) -> {after_refused} (refused calls)")
     v.expect_equal(f"{who} counter after its {calls}", after_calls - before, len(own) * per_call)

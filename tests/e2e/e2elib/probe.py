@@ -23,6 +23,9 @@ class Call:
     credential: str | None = None  # what the model got in Authorization: provider-key|jwt|other|absent
     upstream_actor_id: str | None = None  # the x-actor-id the model saw
     upstream_x_api_key: str | None = None  # what the model got in x-api-key: provider-key|jwt|other|absent
+    # The names (lowercase, never values) of the headers the model received, as the mock lists them in
+    # x-mock-header-names (MOCK_ECHO_HEADER_NAMES on its Deployment); None when the answer does not say.
+    upstream_header_names: tuple[str, ...] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     body: str = ""
     error_stage: str | None = None  # dns|connect|send|receive|timeout|ingress|probe-input
@@ -74,6 +77,7 @@ def parse_probe_reply(http_status: int, text: str) -> Call:
     total = _int(dig(body_json, "usage", "total_tokens"))
     stream_total = _int(dig(stream, "usage", "total_tokens")) if stream else None
     sent_body = dig(payload, "request", "body")
+    names = headers.get("x-mock-header-names")
     return Call(
         status=_int(payload.get("status")),
         reason=str(payload.get("reason") or ""),
@@ -82,6 +86,7 @@ def parse_probe_reply(http_status: int, text: str) -> Call:
         credential=dig(mock, "credential", "authorization") or headers.get("x-mock-authorization"),
         upstream_actor_id=dig(mock, "x_actor_id") or headers.get("x-mock-x-actor-id"),
         upstream_x_api_key=dig(mock, "credential", "x_api_key") or headers.get("x-mock-x-api-key"),
+        upstream_header_names=None if names is None else tuple(name for name in names.split(",") if name),
         headers=headers,
         body=str(payload.get("body") or ""),
         stream_events=_int(stream.get("events")) if stream else None,
