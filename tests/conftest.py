@@ -12,6 +12,7 @@ from tests.support.ci import skip_or_fail
 from tests.support.crds import CEL_STATS, summary_lines
 from tests.support.properties import DEFAULT_PROFILE
 from tests.support.redis_server import LocalRedis, local_redis, redis_binaries
+from tests.support.workers import auto_workers
 
 REDIS_PASSWORD = "test-redis-password-7f3a"
 # Seeded property tests (tests/support/properties.py); `--hypothesis-profile=explore` overrides it.
@@ -31,6 +32,12 @@ GIT_DIR, and every git the tests run (fixture checkouts, scripts/up.sh) would th
 repository instead of its own folder: commits, tags, remotes, even `core.bare` in the shared config."""
 for _variable in GIT_REPOSITORY_VARIABLES:
     os.environ.pop(_variable, None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`make test`'s `-n auto`: one worker per CPU this run may use (tests/support/workers.py), not per host core."""
+    return auto_workers()
 
 
 def pytest_sessionfinish(session, exitstatus):
