@@ -2418,6 +2418,30 @@ def test_the_checks_run_on_any_source_s_agents_and_skip_naming_what_is_missing()
     )
 
 
+def test_check_16_names_each_refused_call_the_stack_cannot_make():
+    """A stack without the JWT listener or without service accounts cannot make two of check 16's refused calls; the
+    verdict says which and why, so check 16 never passes with fewer assertions unsaid."""
+    assert checks.api_key_refusals_left_out(K8S) == {}
+    keys_only = checks.api_key_refusals_left_out(API_KEYS_ONLY)
+    assert keys_only == {
+        checks.KEY_ON_JWT_LISTENER: "stack dev-kubernetes has no http listener (identity.sources: apiKeys)",
+        checks.TOKEN_ON_API_KEY_LISTENER: "stack dev-kubernetes accepts no service accounts, so the environment runs "
+        "no service-account agent to take a token from (identity.sources: apiKeys)",
+    }
+    with_substrate = dataclasses.replace(K8S, sources=("substrate", "apiKeys"))
+    assert list(checks.api_key_refusals_left_out(with_substrate)) == [checks.TOKEN_ON_API_KEY_LISTENER]
+    subject = "apikey.actor-key"
+    own = ok_call(upstream_actor_id=subject, upstream_x_api_key="absent", upstream_header_names=UPSTREAM_NAMES)
+    refused = {"a wrong key": Call(status=401, body="Client authentication failed.")}
+    verdict = Verdict(16, TITLES[16])
+    keys = API_KEYS_ONLY.api_key_headers
+    checks.judge_api_key(verdict, subject, own, own, "x", {}, keys, refused, (0, 400, 400), 200, keys_only)
+    assert verdict.passed, verdict.failures
+    assert [line for line in verdict.evidence if line.startswith("not run: ")] == [
+        f"not run: {label}: {why}" for label, why in keys_only.items()
+    ]
+
+
 def test_judge_unlisted_service_account():
     unlisted = "system:serviceaccount:agents:actor-unlisted"
     refused = Call(status=403, body=REFUSED_BODY)  # what the budget policy's responseOverride answers

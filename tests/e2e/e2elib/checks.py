@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.identity import API_KEYS, JWT_SOURCES
+from core.identity import API_KEYS, JWT_SOURCES, KUBERNETES
 from core.manifests import API_KEY_LISTENER, JWT_LISTENER
 
 from .counters import CounterReading
@@ -122,6 +122,27 @@ def skip_reason(
         too_few_agents_reason(number, agents, settings),
     )
     return next((reason for reason in reasons if reason is not None), None)
+
+
+KEY_ON_JWT_LISTENER = "the agent's key on the JWT listener"
+TOKEN_ON_API_KEY_LISTENER = "a service-account token on the API-key listener"
+
+
+def api_key_refusals_left_out(settings: Any) -> dict[str, str]:
+    """The refused calls of check 16 that this stack cannot make, each with why: the verdict names them, so that a
+    stack of fewer sources never passes check 16 with fewer assertions unsaid."""
+    left_out: dict[str, str] = {}
+    sources = ", ".join(settings.sources)
+    if JWT_LISTENER not in dict(settings.listeners):
+        left_out[KEY_ON_JWT_LISTENER] = (
+            f"stack {settings.pulumi_stack} has no {JWT_LISTENER} listener (identity.sources: {sources})"
+        )
+    if KUBERNETES not in settings.sources:
+        left_out[TOKEN_ON_API_KEY_LISTENER] = (
+            f"stack {settings.pulumi_stack} accepts no service accounts, so the environment runs no service-account "
+            f"agent to take a token from (identity.sources: {sources})"
+        )
+    return left_out
 
 
 def agents_for(count: int, settings: Any) -> tuple[str, ...]:
@@ -555,13 +576,15 @@ def judge_api_key(
     refused: Mapping[str, Call],
     counters: tuple[int, int, int],
     per_call: int,
+    left_out: Mapping[str, str] | None = None,
 ) -> None:
     """Check 16: the API-key agent's own call, a spoofing one and one with its key in each other header the listener
     reads (`in_header`, by header), each charged to `subject`, each reaching the model with the provider key in
     Authorization and no x-api-key (the mock reports both, as classifications), and with no header of `key_headers`
     (`identity.apiKeys.headers`) but Authorization, which then holds the provider's key, among the header names the
     mock lists; then the refused direct calls, which change no counter. `counters` is the agent's spend before,
-    after its calls and after the refused ones."""
+    after its calls and after the refused ones; `left_out` (api_key_refusals_left_out) names each refused call the
+    stack could not make, and why."""
     before, after_calls, after_refused = counters
     who = short_name(subject)
     own = {
@@ -596,6 +619,8 @@ def judge_api_key(
         status = refusal.status if refusal.status is not None else describe_outcome(refusal)
         v.note(f"{label}: {status} ({excerpt(refusal.body, 60)})")
         v.expect(refusal.status == 401, f"{label}: expected HTTP 401, got {describe_outcome(refusal)}")
+    for label, why in (left_out or {}).items():
+        v.note(f"not run: {label}: {why}")
     v.expect_equal(f"{who} counter after the refused calls", after_refused, after_calls)
 
 
