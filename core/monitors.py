@@ -2,8 +2,11 @@
 fires when the rate-limit service's series are missing (so a silent budget alert is never mistaken for a quiet day).
 
 Neither upstream chart creates a monitor for these metrics: Envoy Gateway puts only `prometheus.io/*`
-annotations on the `envoy-ratelimit` pods, which the Prometheus Operator ignores, and Agent Router's
-external processor declares its admin port and nothing else. Facts, at the versions the program deploys:
+annotations on the `envoy-ratelimit` pods and on the Envoy pods (`/stats/prometheus` on 19001: envoyproxy/gateway
+v1.9.0 `internal/infrastructure/kubernetes/proxy/resource_provider.go` `getPodAnnotations`), which the Prometheus
+Operator ignores but an annotation-driven scrape job does not (then the PodMonitors would count twice:
+docs/spend.md), and Agent Router's external processor declares its admin port and nothing else. Facts, at the
+versions the program deploys:
 
 * `envoy-ratelimit` (envoyproxy/gateway v1.9.0 `internal/infrastructure/kubernetes/ratelimit/resource.go`,
   `rateLimitLabels`, `expectedRateLimitContainers`): pods in Envoy Gateway's namespace labelled

@@ -12,6 +12,7 @@ of the fixture (docs/development.md "The resource baseline").
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -93,3 +94,26 @@ def test_the_engine_model_follows_a_parent_alias_to_its_children_and_no_further(
         platform.urn: "urn:pulumi:s::p::t:m:Platform::platform",
         secret.urn: "urn:pulumi:s::p::t:m:Platform$k:v:Secret::platform-secret",
     }
+
+
+def test_refresh_writes_nothing_when_an_old_resource_is_not_taken_over(tmp_path, monkeypatch):
+    """`--refresh` with one old resource no longer registered (the dev stack's Redis StatefulSet, say) stops naming
+    it, and leaves every baseline file as it was; with nothing missing it rewrites the file to what it was (the
+    committed file is exactly its own refresh) and never moves a frozen URN."""
+    from scripts import gen_resource_baseline as baseline
+
+    copy = tmp_path / "resource-baseline"
+    shutil.copytree(baseline.BASELINE_DIR, copy)
+    monkeypatch.setattr(baseline, "BASELINE_DIR", copy)
+    monkeypatch.setattr(baseline, "STACKS", ("dev",))
+    today = engine_resources("dev")
+    monkeypatch.setattr(baseline, "engine_resources", lambda stack: today)
+    before = (copy / "dev.json").read_text()
+    assert baseline.main(["--refresh"]) == 0
+    assert (copy / "dev.json").read_text() == before
+    [redis] = [r for r in today if r.type == "kubernetes:apps/v1:StatefulSet" and r.name.endswith("-redis")]
+    monkeypatch.setattr(baseline, "engine_resources", lambda stack: [r for r in today if r is not redis])
+    (copy / "dev.json").write_text(before.replace('"inputs": "', '"inputs": "0', 1))  # any refresh would undo this
+    with pytest.raises(SystemExit, match=r"dev: the baseline cannot be refreshed:\n  deleted \(no registration"):
+        baseline.main(["--refresh"])
+    assert (copy / "dev.json").read_text() == before.replace('"inputs": "', '"inputs": "0', 1)
