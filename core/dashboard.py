@@ -37,7 +37,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from core.budget_rules import BudgetRules
 from core.manifests import BUDGET_POLICY_NAME
 from core.monitoring import NEAR_LIMIT_METRIC, OVER_LIMIT_METRIC, rule_key1
-from core.monitors import PROXY_MONITOR_NAME, RATELIMIT_429_METRIC, RBAC_403_METRIC
+from core.monitors import PROXY_MONITOR_NAME, RATELIMIT_429_METRIC, RBAC_403_METRIC, pod_monitor_manifests
 from core.ratelimit_model import shared_domain
 from core.recording_rules import (
     BILLED_MODEL_LABEL,
@@ -101,6 +101,18 @@ def _limit_names(settings: StackSettings, rules: BudgetRules) -> tuple[tuple[str
             (rule_key1(settings.gateway.namespace, rule.index), f"{owner}: {spec_text(rule.limit)} (rule {rule.index})")
         )
     return tuple(names)
+
+
+def proxy_selector(settings: StackSettings) -> str:
+    """Our Gateway's Envoy pods only, where the stack scrapes them: the `job` label prometheus-operator gives every
+    target of the PodMonitor `envoy-proxy` (`<namespace>/<name>`, v0.93.0 `pkg/prometheus/promcfg.go`
+    `generatePodMonitorConfig`). Envoy Gateway's other Gateways and any Envoy sidecar serve the same names. Without
+    that monitor (`monitoring.proxyMetrics` or `podMonitors` off) the series come from the user's own scrape, whose
+    labels the stack cannot know: no selector, every Envoy that Prometheus scrapes (docs/dashboard.md)."""
+    for monitor in pod_monitor_manifests(settings):
+        if monitor.name == PROXY_MONITOR_NAME:
+            return "{job=" + promql_string(f"{monitor.namespace}/{monitor.name}") + "}"
+    return ""
 
 
 def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
@@ -231,6 +243,7 @@ def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
                 mappings=names,
             )
         )
+    proxy = proxy_selector(settings)
     specs.append(
         PanelSpec(
             "Refused calls (per second)",
@@ -239,8 +252,8 @@ def panel_specs(settings: StackSettings, rules: BudgetRules) -> list[PanelSpec]:
             "timeseries",
             "reqps",
             (
-                Query(f"sum(rate({RATELIMIT_429_METRIC}[{RATE_INTERVAL}]))", "429 over a budget"),
-                Query(f"sum(rate({RBAC_403_METRIC}[{RATE_INTERVAL}]))", "403 suspended"),
+                Query(f"sum(rate({RATELIMIT_429_METRIC}{proxy}[{RATE_INTERVAL}]))", "429 over a budget"),
+                Query(f"sum(rate({RBAC_403_METRIC}{proxy}[{RATE_INTERVAL}]))", "403 suspended"),
             ),
         )
     )

@@ -37,6 +37,7 @@ from core.problems import ConfigError
 from core.validation import validate_stack
 from tests.support.program import RecordingMocks, run_program, stack_config
 from tests.support.relabel import relabel
+from tests.test_prometheus_files import ENVOY_LABELS, ENVOY_PORTS, pod_targets
 
 SECRETS = {"openaiApiKey": "sk-test", "anthropicApiKey": "sk-ant-test", "redisPassword": "pw"}
 SCRAPE_LABELS = {"job", "instance", "namespace", "pod", "container", "endpoint"}
@@ -201,6 +202,33 @@ def test_every_query_parses_and_reads_only_metrics_and_labels_the_stack_produces
     assert {name for name in produced if name.startswith("envoy_")} == set(monitors.PROXY_METRICS)
 
 
+def refused_calls_matchers(model: dict[str, Any]) -> list[dict[str, str]]:
+    """The label matchers of every series the refused-calls panel reads."""
+    [panel] = [panel for panel in model["panels"] if panel["title"] == "Refused calls (per second)"]
+    found = []
+    for target in panel["targets"]:
+        selectors, _ = selectors_and_labels(promql_parser.parse(as_promql(target["expr"])))
+        found += [{m.name: m.value for m in s.matchers.matchers if m.name != "__name__"} for s in selectors]
+    return found
+
+
+def test_the_refused_calls_count_only_our_gateways_envoy_pods(prod_run):
+    """Every Envoy serves these two names (another Gateway's pods, a mesh's sidecars): the queries select the `job`
+    our Envoy pods get from the PodMonitor `envoy-proxy`, read off the scrape job the operator generates for it
+    (core.monitors.scrape_config) run on such a pod by Prometheus' relabelling."""
+    validated = validate_stack(config(), lambda key: (True, True))
+    [proxy] = [m for m in monitors.pod_monitor_manifests(validated.settings) if m.name == monitors.PROXY_MONITOR_NAME]
+    job = monitors.scrape_config(proxy)
+    [scraped] = [
+        labels
+        for target in pod_targets("envoy-gateway-system", "envoy-agent-router-x1", ENVOY_LABELS, ENVOY_PORTS)
+        if (labels := relabel(target, job["relabel_configs"])) is not None
+    ]
+    assert scraped["job"] == "agent-budgets/envoy-proxy"
+    _, model, _ = emitted(prod_run)
+    assert refused_calls_matchers(model) == [{"job": scraped["job"]}, {"job": scraped["job"]}]
+
+
 def test_without_proxy_metrics_the_refused_calls_are_not_scraped_but_the_panel_stays():
     """`monitoring.proxyMetrics: false` is for a Prometheus that scrapes Envoy already: the panel reads that."""
     run = run_program(config(proxyMetrics=False), secrets=SECRETS)
@@ -208,7 +236,7 @@ def test_without_proxy_metrics_the_refused_calls_are_not_scraped_but_the_panel_s
     assert not any(name.startswith("envoy_") for name in scraped)
     assert "ratelimit_service_rate_limit_over_limit" in scraped
     _, model, _ = emitted(run)
-    assert "Refused calls (per second)" in [panel["title"] for panel in model["panels"]]
+    assert refused_calls_matchers(model) == [{}, {}], "the user's own scrape: labels the stack cannot know"
 
 
 def test_the_check_would_catch_a_metric_or_label_the_stack_does_not_produce(prod_run):
