@@ -36,8 +36,7 @@ from core.monitoring import rule_key1
 from core.problems import ConfigError
 from core.validation import validate_stack
 from tests.support.program import RecordingMocks, run_program, stack_config
-from tests.support.relabel import relabel
-from tests.test_prometheus_files import ENVOY_LABELS, ENVOY_PORTS, pod_targets
+from tests.support.relabel import ENVOY_LABELS, ENVOY_PORTS, pod_targets, relabel
 
 SECRETS = {"openaiApiKey": "sk-test", "anthropicApiKey": "sk-ant-test", "redisPassword": "pw"}
 SCRAPE_LABELS = {"job", "instance", "namespace", "pod", "container", "endpoint"}

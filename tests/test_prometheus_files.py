@@ -10,7 +10,6 @@ are run through Prometheus' relabelling (tests/support/relabel.py) on the target
 from __future__ import annotations
 
 import io
-import re
 
 import jsonschema
 import promql_parser
@@ -20,7 +19,14 @@ from core.monitoring import prometheus_rule_manifest
 from core.validation import validate_stack
 from tests.support.program import ROOT, stack_config
 from tests.support.prometheus_rule_schema import GROUP_SCHEMA
-from tests.support.relabel import relabel
+from tests.support.relabel import (
+    ENVOY_LABELS,
+    ENVOY_PORTS,
+    RATELIMIT_LABELS,
+    RATELIMIT_PORTS,
+    pod_targets,
+    relabel,
+)
 from tools import prometheus_files
 from tools.spend.stack import load_stack
 
@@ -29,48 +35,6 @@ def printed(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args = prometheus_files.build_parser().parse_args([*argv, "--project-dir", str(ROOT)])
     return prometheus_files.run(args, out, err), out.getvalue(), err.getvalue()
-
-
-def _label_name(key: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
-
-
-def pod_targets(
-    namespace: str, pod: str, labels: dict[str, str], ports: list[tuple[str, str, int]], phase: str = "Running"
-) -> list[dict[str, str]]:
-    """The targets Prometheus' pod discovery gives one pod: one per (container, port name, port)."""
-    targets = []
-    for container, port_name, port in ports:
-        meta = {
-            "__address__": f"10.0.0.1:{port}",
-            "__meta_kubernetes_namespace": namespace,
-            "__meta_kubernetes_pod_name": pod,
-            "__meta_kubernetes_pod_phase": phase,
-            "__meta_kubernetes_pod_container_name": container,
-            "__meta_kubernetes_pod_container_port_name": port_name,
-            "__meta_kubernetes_pod_container_port_number": str(port),
-        }
-        for key, value in labels.items():
-            meta[f"__meta_kubernetes_pod_label_{_label_name(key)}"] = value
-            meta[f"__meta_kubernetes_pod_labelpresent_{_label_name(key)}"] = "true"
-        targets.append(meta)
-    return targets
-
-
-RATELIMIT_LABELS = {
-    "app.kubernetes.io/name": "envoy-ratelimit",
-    "app.kubernetes.io/component": "ratelimit",
-    "app.kubernetes.io/managed-by": "envoy-gateway",
-}
-ENVOY_LABELS = {
-    "app.kubernetes.io/name": "envoy",
-    "app.kubernetes.io/component": "proxy",
-    "app.kubernetes.io/managed-by": "envoy-gateway",
-    "gateway.envoyproxy.io/owning-gateway-name": "agent-router",
-    "gateway.envoyproxy.io/owning-gateway-namespace": "agent-budgets",
-}
-RATELIMIT_PORTS = [("envoy-ratelimit", "grpc", 8081), ("envoy-ratelimit", "metrics", 19001)]
-ENVOY_PORTS = [("envoy", "metrics", 19001), ("ai-gateway-extproc", "aigw-admin", 1064)]
 
 
 def test_the_rule_file_is_the_prometheus_rules_groups():

@@ -33,3 +33,47 @@ def relabel(target: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, st
         if action == "replace" and match:
             labels[rule["target_label"]] = _expand(rule.get("replacement", "$1"), [match.group(0), *match.groups()])
     return {key: value for key, value in labels.items() if not key.startswith("__")}
+
+
+# Targets as Prometheus' Kubernetes pod discovery gives them (discovery/kubernetes/pod.go), for the pods the
+# stack's scrape jobs are meant to pick (our Gateway's Envoy pods) and must not pick (the rate-limit pod).
+def _label_name(key: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def pod_targets(
+    namespace: str, pod: str, labels: dict[str, str], ports: list[tuple[str, str, int]], phase: str = "Running"
+) -> list[dict[str, str]]:
+    """The targets Prometheus' pod discovery gives one pod: one per (container, port name, port)."""
+    targets = []
+    for container, port_name, port in ports:
+        meta = {
+            "__address__": f"10.0.0.1:{port}",
+            "__meta_kubernetes_namespace": namespace,
+            "__meta_kubernetes_pod_name": pod,
+            "__meta_kubernetes_pod_phase": phase,
+            "__meta_kubernetes_pod_container_name": container,
+            "__meta_kubernetes_pod_container_port_name": port_name,
+            "__meta_kubernetes_pod_container_port_number": str(port),
+        }
+        for key, value in labels.items():
+            meta[f"__meta_kubernetes_pod_label_{_label_name(key)}"] = value
+            meta[f"__meta_kubernetes_pod_labelpresent_{_label_name(key)}"] = "true"
+        targets.append(meta)
+    return targets
+
+
+RATELIMIT_LABELS = {
+    "app.kubernetes.io/name": "envoy-ratelimit",
+    "app.kubernetes.io/component": "ratelimit",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+ENVOY_LABELS = {
+    "app.kubernetes.io/name": "envoy",
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+    "gateway.envoyproxy.io/owning-gateway-name": "agent-router",
+    "gateway.envoyproxy.io/owning-gateway-namespace": "agent-budgets",
+}
+RATELIMIT_PORTS = [("envoy-ratelimit", "grpc", 8081), ("envoy-ratelimit", "metrics", 19001)]
+ENVOY_PORTS = [("envoy", "metrics", 19001), ("ai-gateway-extproc", "aigw-admin", 1064)]
