@@ -405,6 +405,15 @@ def check_identity_settings(view: ConfigView) -> Iterator[Problem]:
             f"is {short(issuer)}, the same as substrate.issuer: the gateway tells the two token sources apart by their "
             "issuer. Set it to the cluster's service-account issuer",
         )
+    listed = [] if view.raw.get("actors", MISSING) is MISSING else view.strings("actors")
+    has_key_actor = any((ref := _parsed(actor)) is not None and ref.source == API_KEYS for _, actor in listed or [])
+    if API_KEYS in sources and listed is not None and not has_key_actor:
+        yield Problem(
+            "identity.sources",
+            f"lists apiKeys, but {PROJECT}:actors holds no API-key actor: the API-key listener would hold no key "
+            "and refuse every call. Add an actor apikey:<name> (e.g. apikey:ci-bot), or remove apiKeys from "
+            "identity.sources",
+        )
     port = view.get("identity", "apiKeys", "port")
     if API_KEYS in sources and (SUBSTRATE in sources or KUBERNETES in sources) and port == view.get("gateway", "port"):
         yield Problem(

@@ -333,6 +333,20 @@ def substrate_jwks_source(settings: StackSettings) -> dict[str, Any]:
     }
 
 
+def bearer_header_only() -> dict[str, Any]:
+    """Where every JWT provider looks for its token: the `Authorization: Bearer` header and nowhere else.
+
+    Without `extractFrom` Envoy's default locations apply, the `Authorization` header *and* the `access_token` query
+    parameter (envoy source/extensions/filters/http/jwt_authn/extractor.cc); jwt_authn verifies every token it
+    extracts and adds the claim header once per token (authenticator.cc `addJWTClaimToHeader`), so a member's token
+    in the header and another admitted token in the query gave `x-actor-id: <other>, <member>`: the class rule's
+    pattern matched one value while its `Distinct` entry keyed the counter on the first (review 2026-12b, seen with
+    Envoy 1.40). Envoy Gateway renders `extractFrom.headers` as `from_headers` alone, with no default location
+    (envoyproxy/gateway v1.9.0 internal/xds/translator/jwt.go `buildJwtFromHeaders`): a token in the query is then
+    ignored, so one header can carry at most one token."""
+    return {"headers": [{"name": "Authorization", "valuePrefix": "Bearer "}]}
+
+
 def substrate_jwt_provider(settings: StackSettings) -> dict[str, Any]:
     """The provider for actor JWTs Substrate mints: its issuer, our audience, sub copied into x-actor-id."""
     sub = settings.substrate
@@ -342,6 +356,7 @@ def substrate_jwt_provider(settings: StackSettings) -> dict[str, Any]:
         "audiences": [sub.audience],
         **substrate_jwks_source(settings),
         "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
+        "extractFrom": bearer_header_only(),
     }
 
 
@@ -376,6 +391,7 @@ def service_account_jwt_provider(settings: StackSettings) -> dict[str, Any]:
         "audiences": [kubernetes.audience],
         **service_account_jwks(settings),
         "claimToHeaders": [{"header": ACTOR_HEADER, "claim": "sub"}],
+        "extractFrom": bearer_header_only(),
     }
 
 

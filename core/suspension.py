@@ -15,6 +15,17 @@ Pure builders over plain data. Facts from Envoy Gateway v1.9.0, each checked in 
   rate-limit filter (internal/xds/translator/httpfilters.go: rbac 301, ratelimit 303, router 310): a
   refused request never reaches a model, and no rate-limit descriptor is sent for it, so its counters
   are neither checked nor charged. Its local reply is 403 with the body `RBAC: access denied`.
+* A rule may hold a `cel` expression instead of a principal (authorization_types.go `AuthorizationRule`, the
+  CRD's rule `has(self.principal) || has(self.cel)`): Envoy Gateway parses it with cel-go and hands Envoy the
+  parsed AST as a `CelMatcher` over `HttpAttributesCelMatchInput` (authorization.go `buildCELPredicate`), so it
+  sees the request headers as they are when RBAC runs; a false result, a non-boolean and an evaluation error are
+  all "no match". Every authorization here starts with `one-actor-id`, which refuses a request whose
+  `x-actor-id` is missing or holds more than one value (Envoy joins repeated values with `,` for CEL; no actor's
+  value holds one, core.identity). Each identity filter is meant to write exactly one value (core.manifests:
+  the JWT providers read only the `Authorization` header; api_key_auth replaces the header), but a verified
+  token without `sub` writes none (jwt_authn `claim_to_headers` skips a missing claim), and no budget rule
+  charges a request without the header: the rule makes that a 403 instead of an unmetered call, whatever the
+  identity source, and keeps a second value from ever reaching the rate limit.
 * A BackendTrafficPolicy `responseOverride` rewrites responses through Envoy's custom_response filter,
   which EG puts first in the chain (order 0) and the program's EnvoyProxy moves right after jwt_authn
   (core/filter_chain.py), still before rbac, so it sees RBAC's local reply; `source: Local` limits a rule
@@ -69,13 +80,18 @@ MAX_CLAIM_VALUES = 128
 MAX_HEADER_VALUES = 256
 """Envoy Gateway v1.9.0 `AuthorizationHeaderMatch.values` MaxItems."""
 
+ONE_ACTOR_ID_RULE = "one-actor-id"
+ONE_ACTOR_ID_CEL = f"!('{ACTOR_HEADER}' in request.headers) || request.headers['{ACTOR_HEADER}'].contains(',')"
+"""True for a request the RBAC filter sees without exactly one `x-actor-id` value (see the module docstring)."""
+
 SUSPENDED_ERROR_TYPE = "actor_suspended"
 SUSPENDED_BODY = json.dumps(
     {
         "error": {
             "message": (
                 "This actor is suspended: the model gateway refuses its calls until an operator lifts the "
-                "suspension. Its spent budget is kept."
+                "suspension. Its spent budget is kept. (Also the answer to a credential that names no single actor: a "
+                "token without a subject.)"
             ),
             "type": SUSPENDED_ERROR_TYPE,
             "code": SUSPENDED_ERROR_TYPE,
@@ -88,7 +104,8 @@ REFUSED_BODY = json.dumps(
         "error": {
             "message": (
                 "The gateway refuses this caller: it is suspended (an operator lifts the suspension; its spent "
-                "budget is kept), or it is a Kubernetes service account that is not in agent-budgets:actors."
+                "budget is kept), or it is a Kubernetes service account that is not in agent-budgets:actors, or its "
+                "credential names no single actor (a token without a subject)."
             ),
             "type": SUSPENDED_ERROR_TYPE,
             "code": SUSPENDED_ERROR_TYPE,
@@ -147,9 +164,15 @@ def _claim_rules(prefix: str, action: str, provider: str, claim: str, values: Se
     ]
 
 
+def one_actor_id_rule() -> dict[str, Any]:
+    """Deny a request without exactly one `x-actor-id` value: the first rule of every authorization."""
+    return {"name": ONE_ACTOR_ID_RULE, "action": "Deny", "cel": ONE_ACTOR_ID_CEL}
+
+
 def _authorization(rules: list[dict[str, Any]]) -> dict[str, Any]:
-    """Allow by default; the rules first. Present even without rules, so the listener keeps its RBAC filter."""
-    return {"defaultAction": "Allow", **({"rules": rules} if rules else {})}
+    """`one-actor-id` first, then the rules; Allow by default. The same rule set shape with or without suspended
+    actors, so the listener keeps its RBAC filter."""
+    return {"defaultAction": "Allow", "rules": [one_actor_id_rule(), *rules]}
 
 
 def suspension_authorization(actors: Sequence[str], jwt_provider: str) -> dict[str, Any]:
@@ -163,6 +186,7 @@ def jwt_authorization(
 ) -> dict[str, Any]:
     """The JWT SecurityPolicy's `authorization`, first match wins:
 
+    0. Deny a request without exactly one `x-actor-id` value (`one-actor-id`: a verified token without `sub`);
     1. Deny suspended Substrate actors (`suspended-actors-<n>`, as in every earlier version);
     2. Deny suspended service accounts (`suspended-service-accounts-<n>`);
     3. Allow the service accounts in `actors` (`listed-service-accounts-<n>`);
@@ -195,9 +219,9 @@ def jwt_authorization(
 
 
 def api_key_authorization(suspended: Sequence[str]) -> dict[str, Any]:
-    """The API-key SecurityPolicy's `authorization`: Deny suspended API-key actors on the `x-actor-id` the API-key
-    filter wrote (`suspended-api-keys-<n>`, 256 values a rule), Allow everyone else. Always present, so that
-    suspending a key changes route configuration only."""
+    """The API-key SecurityPolicy's `authorization`: `one-actor-id` first, then Deny suspended API-key actors on the
+    `x-actor-id` the API-key filter wrote (`suspended-api-keys-<n>`, 256 values a rule), Allow everyone else.
+    Always present, so that suspending a key changes route configuration only."""
     values = suspended_subjects(actors_of_source(suspended, API_KEYS))
     rules = [
         {

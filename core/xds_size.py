@@ -47,6 +47,7 @@ from typing import Any
 
 from core.ratelimit_model import descriptor_key, header_matches, shared_domain, shared_rule_key
 from core.settings import MAX_MODELS_PER_ROUTE, MIB
+from core.suspension import ONE_ACTOR_ID_CEL
 
 GRPC_DEFAULT_MAX_MESSAGE = 4 * MIB
 RATE_LIMIT_FILTER = "envoy.filters.http.ratelimit"
@@ -315,21 +316,46 @@ def _principal_predicate(principal: Mapping[str, Any]) -> int:
     return values[0] if len(values) == 1 else length_delimited(2, sum(length_delimited(1, v) for v in values))
 
 
+CEL_INPUT_TYPE_URL = "type.googleapis.com/xds.type.matcher.v3.HttpAttributesCelMatchInput"
+CEL_MATCHER_TYPE_URL = "type.googleapis.com/xds.type.matcher.v3.CelMatcher"
+PARSED_CEL_BYTES: dict[str, int] = {ONE_ACTOR_ID_CEL: 254}
+"""The serialized `cel.expr.ParsedExpr` of each CEL expression the program writes, as Envoy Gateway v1.9.0 builds it
+(cel-go `Parse`, then `AstToParsedExpr`: the expression tree and its source positions). Measured from the route
+configuration `egctl x translate` v1.9.0 writes (tests/fixtures/one-actor-id.parsed-expr.json, which
+tests/test_real_translators.py holds to egctl's output); the program writes one fixed expression, so a table, not a
+CEL parser."""
+
+
+def _cel_predicate(expression: str) -> int:
+    """Predicate payload: single_predicate=1 {input=1 `cel` HttpAttributesCelMatchInput{}, custom_match=3
+    `cel_matcher` CelMatcher{expr_match=1 CelExpression{cel_expr_parsed=3}}} (authorization.go
+    `buildCELPredicate`; cncf/xds xds/type/matcher/v3/cel.proto, xds/type/v3/cel.proto)."""
+    if expression not in PARSED_CEL_BYTES:
+        raise ValueError(f"the size model knows the parsed size of the program's CEL expressions only: {expression}")
+    cel_expression = length_delimited(3, PARSED_CEL_BYTES[expression])
+    matcher = length_delimited(1, cel_expression)
+    single = length_delimited(1, _typed_extension("cel", CEL_INPUT_TYPE_URL, 0))
+    single += length_delimited(3, _typed_extension("cel_matcher", CEL_MATCHER_TYPE_URL, matcher))
+    return length_delimited(1, single)
+
+
 def authorization_route_bytes(authorization: Mapping[str, Any] | None) -> int:
     """The bytes of the `envoy.filters.http.rbac` entry a SecurityPolicy `authorization` adds to every
     Envoy route it covers (0 without one).
 
     Follows Envoy Gateway v1.9.0 `internal/xds/translator/authorization.go` (`buildRBACPerRoute`,
-    `buildJWTPredicate`, `buildHeadersPredicate`) for what agent-budgets writes: Deny/Allow rules whose principal is
-    one JWT claim or one request header of String values, and a default action.
+    `buildJWTPredicate`, `buildHeadersPredicate`, `buildCELPredicate`) for what agent-budgets writes: Deny/Allow
+    rules whose principal is one JWT claim or one request header of String values, the `one-actor-id` CEL rule,
+    and a default action.
     """
     if not authorization:
         return 0
     matchers = 0
     for rule in authorization.get("rules") or []:
-        if rule.get("operation") or rule.get("cel"):
-            raise ValueError("the size model covers authorization rules on a principal only")
-        predicate = _principal_predicate(rule.get("principal") or {})
+        if rule.get("operation") or (rule.get("cel") and rule.get("principal")):
+            raise ValueError("the size model covers authorization rules on a principal or a CEL expression only")
+        cel = rule.get("cel")
+        predicate = _cel_predicate(str(cel)) if cel else _principal_predicate(rule.get("principal") or {})
         field_matcher = length_delimited(1, predicate) + length_delimited(
             2, _on_match_action(str(rule.get("name", "")), rule.get("action") == "Allow")
         )

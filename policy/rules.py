@@ -95,6 +95,7 @@ from core.ratelimit_model import (
     translation_errors,
 )
 from core.settings import PROJECT, TOKEN_KINDS
+from core.suspension import ONE_ACTOR_ID_CEL, ONE_ACTOR_ID_RULE
 
 PACK_NAME = "agent-budgets"
 EGRESS_SHARD_TYPE = "pulumi-python:dynamic:EgressPolicyShard"
@@ -746,6 +747,78 @@ def check_jwt_names_the_actor(resource: Resource, config: Mapping[str, Any]) -> 
                 f"[{{header: {ACTOR_HEADER}, claim: sub}}]"
             )
     problems.extend(_authorization_problems(resource, who, providers))
+    return problems
+
+
+def _token_locations(provider: Mapping[str, Any]) -> list[str] | None:
+    """Where Envoy looks for a provider's token (`header <name>`, `query <name>`, `cookie <name>`), or None when
+    `extractFrom` is left out: then Envoy's defaults, the `Authorization` header *and* the `access_token` query
+    parameter (envoy source/extensions/filters/http/jwt_authn/extractor.cc; envoyproxy/gateway v1.9.0
+    internal/xds/translator/jwt.go renders `extractFrom` as `from_headers`/`from_params`/`from_cookies`)."""
+    extract_from = provider.get("extractFrom")
+    if extract_from is None:
+        return None
+    found = [f"header {lower(as_dict(h).get('name'))}" for h in as_list(as_dict(extract_from).get("headers"))]
+    found += [f"query {p}" for p in as_list(as_dict(extract_from).get("params"))]
+    return found + [f"cookie {c}" for c in as_list(as_dict(extract_from).get("cookies"))]
+
+
+def _one_actor_id_rule_first(authorization: Any) -> bool:
+    """Whether an `authorization` starts by denying a request without exactly one `x-actor-id` (core.suspension)."""
+    rules = as_list(as_dict(authorization).get("rules"))
+    first = rules[0] if rules and isinstance(rules[0], dict) else {}
+    return first.get("action") == "Deny" and first.get("cel") == ONE_ACTOR_ID_CEL and not first.get("principal")
+
+
+def check_one_actor_id_per_call(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """A SecurityPolicy that names the actor yields exactly one `x-actor-id` per admitted call, or refuses the call:
+
+    * each JWT provider reads its token from one place only. Envoy verifies every token it extracts and adds the
+      claim header once per token (envoy jwt_authn authenticator.cc `addJWTClaimToHeader`): a token in the header
+      and another in the query gave two values, the class rule's pattern matched one while its `Distinct` entry
+      counted the other (review 2026-12b);
+    * its authorization starts with the `one-actor-id` Deny rule: a verified token without `sub` writes no header,
+      and no budget rule charges such a call;
+    * an API-key policy has credentials: with `credentialRefs: []` every call on its listener fails.
+    """
+    del config
+    if not resource.is_kind("gateway.envoyproxy.io", "SecurityPolicy"):
+        return []
+    who = resource.describe()
+    spec = resource.spec
+    jwt = spec.get("jwt")
+    api_key = as_dict(spec.get("apiKeyAuth"))
+    names_actor = isinstance(jwt, dict) or lower(api_key.get("forwardClientIDHeader")) == ACTOR_HEADER
+    if not names_actor or has_unknown(spec):
+        return []
+    problems: list[str] = []
+    for position, provider in enumerate(p for p in as_list(as_dict(jwt).get("providers")) if isinstance(p, dict)):
+        label = f"JWT provider {provider.get('name', position)!r}"
+        locations = _token_locations(provider)
+        if locations is None:
+            problems.append(
+                f"{who}: {label} has no extractFrom, so Envoy also takes a token from the access_token query "
+                f"parameter: a second admitted token there gives the call a second {ACTOR_HEADER} value, and a class "
+                "or pool limit can be escaped. Set extractFrom: {headers: [{name: Authorization, valuePrefix: "
+                '"Bearer "}]}'
+            )
+        elif len(locations) != 1:
+            problems.append(
+                f"{who}: {label} reads tokens from {len(locations)} places ({', '.join(locations) or 'none'}): "
+                f"each admitted token adds an {ACTOR_HEADER} value, so a call can carry two. Read the Authorization "
+                'header alone: extractFrom: {headers: [{name: Authorization, valuePrefix: "Bearer "}]}'
+            )
+    if "apiKeyAuth" in spec and not as_list(api_key.get("credentialRefs")):
+        problems.append(
+            f"{who}: apiKeyAuth has no credentialRefs: no key can pass, so every call on its listener gets 401. "
+            "Reference the API-key Secrets, or remove the API-key listener (drop apiKeys from identity.sources)"
+        )
+    if not _one_actor_id_rule_first(spec.get("authorization")):
+        problems.append(
+            f"{who}: authorization does not start with the {ONE_ACTOR_ID_RULE} rule: a verified token without sub "
+            f"writes no {ACTOR_HEADER}, and no budget rule charges a call without one. Put first: "
+            f"{{name: {ONE_ACTOR_ID_RULE}, action: Deny, cel: {ONE_ACTOR_ID_CEL!r}}}"
+        )
     return problems
 
 
@@ -1857,6 +1930,19 @@ jwt_names_the_actor = ResourceValidationPolicy(
     severity=Severity.CRITICAL,
 )
 
+one_actor_id_per_call = ResourceValidationPolicy(
+    name="one-actor-id-per-call",
+    description=(
+        "A SecurityPolicy that names the actor gives every admitted call exactly one x-actor-id: each JWT provider "
+        "reads its token from the Authorization header alone (extractFrom; Envoy's default also reads the "
+        "access_token query parameter), its authorization starts by denying a call without exactly one x-actor-id "
+        "(a token without sub), and an API-key policy references at least one credential."
+    ),
+    validate=_resource_validation(check_one_actor_id_per_call),
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.CRITICAL,
+)
+
 egress_reaches_only_the_gateway = ResourceValidationPolicy(
     name="egress-reaches-only-the-gateway",
     description=(
@@ -2007,6 +2093,7 @@ MANDATORY_POLICIES: list[Policy] = [
     budget_rules_charge_llm_tokens,
     actor_header_untouched,
     jwt_names_the_actor,
+    one_actor_id_per_call,
     egress_reaches_only_the_gateway,
     budget_rules_cover_each_actor_once,
     budget_costs_reported_by_every_route,

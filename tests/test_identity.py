@@ -222,9 +222,35 @@ def test_adding_service_accounts_and_api_keys_moves_no_substrate_counter_at_1000
 def test_the_budget_policy_of_a_substrate_stack_is_unchanged_by_enabling_the_sources():
     config = stack_config("dev")
     plain = parse_settings(config)
-    enabled = parse_settings({**config, "identity": {"sources": ["substrate", "kubernetes", "apiKeys"]}})
+    enabled = parse_settings(
+        {
+            **config,
+            "identity": {"sources": ["substrate", "kubernetes", "apiKeys"]},
+            "actors": [*config["actors"], "serviceaccount:agents/bot", "apikey:ci-bot"],
+        }
+    )
     rules = [compile_budget_rules(s.budgets, s.budget_policy.exclusion_slots).specs() for s in (plain, enabled)]
     assert rules[0] == rules[1]
+
+
+def test_api_keys_without_an_api_key_actor_are_refused_naming_the_fix():
+    """An `apiKeys` source with no `apikey:<name>` actor rendered `apiKeyAuth.credentialRefs: []` on the API-key
+    listener (review 2026-12b, found 3): Envoy Gateway v1.9.0 then has no credential to admit, and every call there
+    got 401. Now the one configuration report refuses it (broken once by removing the check: this test failed)."""
+    lines = report(identity={"sources": ["substrate", "apiKeys"]})
+    assert lines == [
+        "agent-budgets:identity.sources: lists apiKeys, but agent-budgets:actors holds no API-key actor: the API-key "
+        "listener would hold no key and refuse every call. Add an actor apikey:<name> (e.g. apikey:ci-bot), or "
+        "remove apiKeys from identity.sources"
+    ]
+    accepted = parse_settings(
+        {
+            **stack_config("dev"),
+            "identity": {"sources": ["substrate", "apiKeys"]},
+            "actors": ["agents/actor-a", "apikey:ci-bot"],
+        }
+    )
+    assert accepted.identity.api_keys_enabled
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -288,6 +314,9 @@ def test_identity_settings_that_do_not_fit_together_are_refused():
         "your cluster issuer's public JWKS URL (the jwks_uri of `kubectl get --raw /.well-known/openid-configuration`)",
         "agent-budgets:identity.kubernetes.issuer: is 'https://idp.ate-system.svc', the same as substrate.issuer: "
         "the gateway tells the two token sources apart by their issuer. Set it to the cluster's service-account issuer",
+        "agent-budgets:identity.sources: lists apiKeys, but agent-budgets:actors holds no API-key actor: the API-key "
+        "listener would hold no key and refuse every call. Add an actor apikey:<name> (e.g. apikey:ci-bot), or "
+        "remove apiKeys from identity.sources",
         "agent-budgets:identity.apiKeys.port: is 80, the port of the JWT listener (gateway.port): API keys need a "
         "listener of their own, where no JWT filter runs. Pick another port, e.g. 8081",
     ]

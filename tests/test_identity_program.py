@@ -15,7 +15,7 @@ from core.budget_rules import compile_budget_rules
 from core.filter_chain import API_KEY_AUTH, CUSTOM_RESPONSE, JWT_AUTHN, listener_chain
 from core.identity import actor_header_value
 from core.ratelimit_model import PolicyModel
-from core.suspension import API_KEY_AUTH_FILTER, JWT_AUTHN_FILTER, RBAC_FILTER, listener_http_filters
+from core.suspension import API_KEY_AUTH_FILTER, JWT_AUTHN_FILTER, RBAC_FILTER, listener_http_filters, one_actor_id_rule
 from core.validation import parse_settings
 from tests.support import kubernetes_schema
 from tests.support.crds import load_catalog
@@ -102,7 +102,7 @@ def test_api_keys_have_a_listener_and_a_policy_of_their_own(mixed):
         "forwardClientIDHeader": "x-actor-id",
         "sanitize": True,
     }
-    assert policy["authorization"] == {"defaultAction": "Allow"}
+    assert policy["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
     # The model routes attach to both listeners (no sectionName in their parentRefs).
     for route in mixed.of_kind("AIGatewayRoute"):
         assert all("sectionName" not in ref for ref in route.inputs["spec"]["parentRefs"])
@@ -456,11 +456,12 @@ def test_suspension_refuses_an_actor_of_each_source_and_only_it(suspended):
     assert [outcome.status for outcome in admitted] == [200, 200, 200]
     rules = spec(suspended, "SecurityPolicy", "agent-budgets-api-keys")["authorization"]["rules"]
     assert rules == [
+        one_actor_id_rule(),
         {
             "name": "suspended-api-keys-0",
             "action": "Deny",
             "principal": {"headers": [{"name": "x-actor-id", "values": ["apikey.nightly"]}]},
-        }
+        },
     ]
 
 

@@ -22,7 +22,7 @@ from core import manifests
 from core.budget_rules import COST_METADATA_KEY
 from core.money import USD_METADATA_KEY, Usage
 from core.problems import ConfigError
-from core.suspension import SUSPENDED_BODY, suspension_response_overrides
+from core.suspension import SUSPENDED_BODY, one_actor_id_rule, suspension_response_overrides
 from core.validation import validate_stack
 from tests.support.agent_router_cel import Call, CostExpressionRefusedError, model_as_agent_router_sets_it
 from tests.support.agent_router_cel import evaluate as evaluate_call
@@ -207,6 +207,7 @@ def test_the_suspended_actor_is_denied_by_its_jwt_subject(run):
     assert authorization == {
         "defaultAction": "Allow",
         "rules": [
+            one_actor_id_rule(),
             {
                 "name": "suspended-actors-0",
                 "action": "Deny",
@@ -216,7 +217,7 @@ def test_the_suspended_actor_is_denied_by_its_jwt_subject(run):
                         "claims": [{"name": "sub", "valueType": "String", "values": ["actor/agents/actor-c"]}],
                     }
                 },
-            }
+            },
         ],
     }
     provider_names = [p["name"] for p in spec(run, "SecurityPolicy")["jwt"]["providers"]]
@@ -241,14 +242,14 @@ def test_without_money_or_suspension_the_routes_report_tokens_and_the_kill_switc
     run = run_program(stack_config("dev"))
     for route in run.of_kind("AIGatewayRoute"):
         assert route.inputs["spec"]["llmRequestCosts"] == [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
-    assert spec(run, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow"}
+    assert spec(run, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
     assert spec(run, "BackendTrafficPolicy")["responseOverride"] == suspension_response_overrides()
     assert run.outputs["suspended"] == []
 
 
 def test_lifting_a_suspension_changes_only_the_authorization_rules(run):
     lifted = run_program(issue_config(suspended=[]), secrets=SECRETS)
-    assert spec(lifted, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow"}
+    assert spec(lifted, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
     before, after = spec(run, "SecurityPolicy"), spec(lifted, "SecurityPolicy")
     assert {key: value for key, value in after.items() if key != "authorization"} == {
         key: value for key, value in before.items() if key != "authorization"

@@ -233,6 +233,7 @@ def test_the_pack_builds_every_rule_with_the_issue_s_enforcement_levels():
         "budget-rules-charge-llm-tokens",
         "actor-header-untouched",
         "jwt-names-the-actor",
+        "one-actor-id-per-call",
         "egress-reaches-only-the-gateway",
         "budget-rules-cover-each-actor-once",
         "budget-costs-reported-by-every-route",
@@ -403,7 +404,7 @@ def _route_policy(
 
 def _suspension_claim(resources: list[Captured]) -> dict[str, Any]:
     authorization = _spec(resources, "SecurityPolicy")["authorization"]
-    return authorization["rules"][0]["principal"]["jwt"]["claims"][0]
+    return authorization["rules"][1]["principal"]["jwt"]["claims"][0]
 
 
 def _drop(resources: list[Captured], kind: str) -> None:
@@ -1089,7 +1090,7 @@ BROKEN: list[Broken] = [
         "suspension-reads-another-provider",
         rules.jwt_names_the_actor,
         "dev-suspended",
-        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][0]["principal"]["jwt"].update(
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][1]["principal"]["jwt"].update(
             provider="someone-else"
         ),
         "reads claims of JWT provider 'someone-else', which this policy does not define",
@@ -1107,7 +1108,7 @@ BROKEN: list[Broken] = [
         "suspension-reads-a-provider-given-as-a-list",
         rules.jwt_names_the_actor,
         "dev-suspended",
-        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][0]["principal"]["jwt"].update(
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"][1]["principal"]["jwt"].update(
             provider=["agent-substrate"]
         ),
         "reads claims of JWT provider ['agent-substrate'], which this policy does not define",
@@ -1282,10 +1283,43 @@ BROKEN: list[Broken] = [
         "api-key-suspension-of-actor-ids",
         rules.jwt_names_the_actor,
         "dev-identities",
-        lambda rs: _api_key_policy(rs)["authorization"]["rules"][0]["principal"]["headers"][0].update(
+        lambda rs: _api_key_policy(rs)["authorization"]["rules"][1]["principal"]["headers"][0].update(
             values=["apikey:probe-key"]
         ),
         "that no API key's client id carries",
+        "SecurityPolicy agent-budgets/agent-budgets-api-keys",
+    ),
+    # -- one x-actor-id per admitted call (review 2026-12b, found 1, 3 and 4)
+    Broken(
+        "jwt-provider-with-envoy-s-default-token-locations",
+        rules.one_actor_id_per_call,
+        "dev-identities",
+        lambda rs: _spec(rs, "SecurityPolicy", "agent-budgets-jwt")["jwt"]["providers"][1].pop("extractFrom"),
+        "has no extractFrom, so Envoy also takes a token from the access_token query parameter",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "jwt-provider-reading-the-query-too",
+        rules.one_actor_id_per_call,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy")["jwt"]["providers"][0]["extractFrom"].update(params=["access_token"]),
+        "reads tokens from 2 places (header authorization, query access_token)",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "jwt-policy-admitting-a-token-without-sub",
+        rules.one_actor_id_per_call,
+        "dev",
+        lambda rs: _spec(rs, "SecurityPolicy")["authorization"]["rules"].pop(0),
+        "authorization does not start with the one-actor-id rule",
+        "SecurityPolicy agent-budgets/agent-budgets-jwt",
+    ),
+    Broken(
+        "api-key-policy-without-credentials",
+        rules.one_actor_id_per_call,
+        "dev-identities",
+        lambda rs: _api_key_policy(rs)["apiKeyAuth"].update(credentialRefs=[]),
+        "apiKeyAuth has no credentialRefs: no key can pass",
         "SecurityPolicy agent-budgets/agent-budgets-api-keys",
     ),
     Broken(

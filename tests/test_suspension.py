@@ -21,6 +21,7 @@ from core.suspension import (
     RATE_LIMIT_FILTER,
     RBAC_FILTER,
     listener_http_filters,
+    one_actor_id_rule,
 )
 from core.validation import validate_stack
 
@@ -61,7 +62,7 @@ def test_the_listener_s_filters_are_the_same_with_0_1_and_500_suspended_actors(b
 
 def test_with_nobody_suspended_everyone_is_allowed_and_the_403_overrides_stay(by_count):
     security, traffic = by_count[0]
-    assert security["spec"]["authorization"] == {"defaultAction": "Allow"}
+    assert security["spec"]["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
     assert [rule["source"] for rule in traffic["spec"]["responseOverride"]] == ["Local", "Local"]
 
 
@@ -72,7 +73,8 @@ def test_suspending_changes_only_the_authorization_rules(by_count):
     assert rest == {key: value for key, value in security_0["spec"].items() if key != "authorization"}
     authorization = security_500["spec"]["authorization"]
     assert authorization["defaultAction"] == "Allow"
-    assert [len(rule["principal"]["jwt"]["claims"][0]["values"]) for rule in authorization["rules"]] == [
+    assert authorization["rules"][0] == one_actor_id_rule()
+    assert [len(rule["principal"]["jwt"]["claims"][0]["values"]) for rule in authorization["rules"][1:]] == [
         128,
         128,
         128,

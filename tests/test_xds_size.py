@@ -9,17 +9,25 @@ classes of `xds-protos`, serializes them, and compares the byte counts with the 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from envoy.config.route.v3 import route_components_pb2 as route_pb
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.metadata.v3 import metadata_pb2
-from google.protobuf import any_pb2, wrappers_pb2
+from google.protobuf import any_pb2, json_format, wrappers_pb2
 
 from core import xds_size
 from core.budget_rules import compile_budget_rules
 from core.settings import BudgetsConfig, message_size_bytes
+from core.suspension import ONE_ACTOR_ID_CEL
 from scripts import measure_exclusion_slots
+
+PARSED_EXPR_FIXTURE = Path(__file__).parent / "fixtures" / "one-actor-id.parsed-expr.json"
+"""The `one-actor-id` expression as Envoy Gateway v1.9.0 hands it to Envoy (cel-go's parse: tree and source
+positions), taken from `egctl x translate`; tests/test_real_translators.py holds it to egctl's output."""
 
 NS, NAME = "agent-budgets", "agent-budgets"
 
@@ -338,6 +346,31 @@ def test_each_exclusion_slot_lengthens_every_default_counter_key():
 # --- the suspension's RBAC per-route config ------------------------------------------------------------
 
 
+def _cel_predicate(expression, predicate_class, extension_pb2, any_of):
+    """The predicate of a `cel` rule: `HttpAttributesCelMatchInput` in, a `CelMatcher` holding the parsed expression
+    (xds.type.v3.CelExpression.cel_expr_parsed = 3, a cel.expr.ParsedExpr, wire-compatible with
+    google.api.expr.v1alpha1.ParsedExpr, as authorization.go `parseCELToProto` says). The xds-protos release here
+    predates field 3, so the CelExpression is written by hand on the wire."""
+    from google.api.expr.v1alpha1 import syntax_pb2
+    from google.protobuf.internal.encoder import _VarintBytes
+    from xds.type.matcher.v3 import http_inputs_pb2 as xds_http_inputs
+
+    assert expression == ONE_ACTOR_ID_CEL, "the fixture holds the program's one expression"
+    parsed = json_format.ParseDict(json.loads(PARSED_EXPR_FIXTURE.read_text()), syntax_pb2.ParsedExpr())
+    parsed_bytes = parsed.SerializeToString()
+    cel_expression = b"\x1a" + _VarintBytes(len(parsed_bytes)) + parsed_bytes
+    cel_matcher = b"\x0a" + _VarintBytes(len(cel_expression)) + cel_expression
+    matcher_any = any_pb2.Any(type_url="type.googleapis.com/xds.type.matcher.v3.CelMatcher", value=cel_matcher)
+    return predicate_class(
+        single_predicate=predicate_class.SinglePredicate(
+            input=extension_pb2.TypedExtensionConfig(
+                name="cel", typed_config=any_of(xds_http_inputs.HttpAttributesCelMatchInput())
+            ),
+            custom_match=extension_pb2.TypedExtensionConfig(name="cel_matcher", typed_config=matcher_any),
+        )
+    )
+
+
 def _rbac_per_route(authorization):
     """RBACPerRoute as Envoy Gateway v1.9.0 builds it (internal/xds/translator/authorization.go
     `buildRBACPerRoute`, `buildJWTPredicate`, `buildHeadersPredicate`), for rules whose principal is one String JWT
@@ -365,7 +398,9 @@ def _rbac_per_route(authorization):
     Predicate = matcher_pb2.Matcher.MatcherList.Predicate  # noqa: N806
     field_matchers = []
     for rule in authorization.get("rules", []):
-        if "headers" in rule["principal"]:  # buildHeadersPredicate: one exact value match per value, ORed
+        if "cel" in rule:  # buildCELPredicate: the expression as cel-go parses it (egctl's output, a fixture)
+            singles = [_cel_predicate(rule["cel"], Predicate, extension_pb2, any_of)]
+        elif "headers" in rule["principal"]:  # buildHeadersPredicate: one exact value match per value, ORed
             [header] = rule["principal"]["headers"]
             header_input = http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header["name"])
             singles = [

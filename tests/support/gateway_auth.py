@@ -22,7 +22,8 @@ accepts the signature when its keys are that signer's (what a JWKS check decides
   client id (`setCopy`) and, with hide_credentials (`sanitize`), removes every key header.
 * rbac (internal/xds/translator/authorization.go): rules in order, the first match decides; a `jwt` principal
   matches only a token its provider verified, on exact String claims; a `headers` principal matches the request
-  header exactly; no match takes `defaultAction`. A Deny is 403 with no `WWW-Authenticate`.
+  header exactly; a `cel` rule matches when its expression is true over the request headers; no match takes
+  `defaultAction`. A Deny is 403 with no `WWW-Authenticate`.
 * Agent Router's upstream processor (`provider_request`, envoyproxy/ai-gateway v1.1.0): the AIServiceBackend's
   `headerMutation.remove`, lowercased by the controller (internal/controller/gateway.go
   `headerMutationToFilterAPI`), removes each listed header the request has, except Agent Router's own
@@ -45,6 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import celpy
+from celpy import celtypes
+
 from core.filter_chain import API_KEY_AUTH, CUSTOM_RESPONSE, JWT_AUTHN
 from tests.support.program import plain
 
@@ -64,13 +68,15 @@ class Token:
     """A JWT as the model sees it: its claims and who signed it (a JWKS's owner)."""
 
     issuer: str
-    subject: str
+    subject: str | None
+    """None: a token without `sub` (jwt_authn's `claim_to_headers` then writes no header)."""
     audiences: tuple[str, ...]
     signed_by: str
 
     def encode(self) -> str:
         """`header.payload.signature`, so the model tells a JWT from an API key the way Envoy does (three parts)."""
-        payload = json.dumps({"iss": self.issuer, "sub": self.subject, "aud": list(self.audiences)})
+        claims = {"iss": self.issuer, "sub": self.subject, "aud": list(self.audiences)}
+        payload = json.dumps({name: value for name, value in claims.items() if value is not None})
         return f"model.{payload.encode().hex()}.{self.signed_by}"
 
 
@@ -79,7 +85,7 @@ def _decode(text: str) -> Token | None:
     if len(parts) != 3 or parts[0] != "model":
         return None
     claims = json.loads(bytes.fromhex(parts[1]))
-    return Token(claims["iss"], claims["sub"], tuple(claims["aud"]), parts[2])
+    return Token(claims["iss"], claims.get("sub"), tuple(claims["aud"]), parts[2])
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,10 @@ def _jwt(listener: Listener, jwt: Mapping[str, Any], headers: dict[str, str]) ->
         elif listener.signers.get(provider["name"]) != token.signed_by:
             errors.append(JWT_VERIFICATION)
         else:
-            for claim in provider.get("claimToHeaders") or []:
-                headers[claim["header"].lower()] = getattr(token, {"sub": "subject", "iss": "issuer"}[claim["claim"]])
+            for claim in provider.get("claimToHeaders") or []:  # a missing claim writes nothing
+                value = getattr(token, {"sub": "subject", "iss": "issuer"}[claim["claim"]])
+                if value is not None:
+                    headers[claim["header"].lower()] = value
             return None, provider["name"]
     ranked = [e for e in errors if e not in (JWT_MISSED, JWT_UNKNOWN_ISSUER)] or errors
     status = 403 if ranked[0] == JWT_AUDIENCE else 401
@@ -186,12 +194,26 @@ def _api_key(listener: Listener, api_key_auth: Mapping[str, Any], headers: dict[
     return None
 
 
+def _cel_matches(expression: str, headers: Mapping[str, str]) -> bool:
+    """A rule's `cel` over the request headers as RBAC sees them, evaluated by a real CEL implementation (cel-python):
+    only a boolean true matches; false, another type and an evaluation error do not (Envoy Gateway v1.9.0
+    api/v1alpha1/authorization_types.go `CEL`; Envoy joins a repeated header's values with `,`)."""
+    environment = celpy.Environment()
+    try:
+        result = environment.program(environment.compile(expression)).evaluate(
+            {"request": celpy.json_to_cel({"headers": dict(headers)})}
+        )
+    except celpy.CELEvalError:
+        return False
+    return isinstance(result, celtypes.BoolType) and bool(result)
+
+
 def _rbac(
     listener: Listener, authorization: Mapping[str, Any], headers: Mapping[str, str], verified: tuple[str, Token] | None
 ) -> Outcome | None:
     for rule in authorization.get("rules") or []:
         principal = rule.get("principal") or {}
-        matched = True
+        matched = _cel_matches(rule["cel"], headers) if "cel" in rule else True
         if "jwt" in principal:
             jwt = principal["jwt"]
             if verified is None or verified[0] != jwt["provider"]:
