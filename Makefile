@@ -4,7 +4,8 @@ VENV ?= venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: help venv test lint unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend simulate
+.PHONY: help venv test lint unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend simulate \
+	egress-orphans
 
 help:
 	@echo "make test       lint and run the whole unit suite (no cluster, no Pulumi CLI, no network)"
@@ -15,6 +16,7 @@ help:
 	@echo "make bench      the program under mocks at 100 to 100,000 actors: seconds per step, 10k -> 100k ratio, targets"
 	@echo "make spend      who spent what, who is near the limit, when it resets (STACK=dev, ARGS='--json ...')"
 	@echo "make bench-spend  the spend report for 10,000 actors end to end and per step, against a local redis-server"
+	@echo "make egress-orphans  egress policies in the stack's atespaces it does not own (STACK=dev, ARGS=--delete)"
 	@echo "make bench-egress  egress-policy provider at 10,000 actors against a fake kubectl taking 0.3 s and 1 s a call"
 	@echo "make simulate   each budget limit's worst case next to the fullest counter of 2,000 randomized runs"
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
@@ -54,6 +56,11 @@ spend: $(STAMP)
 
 bench-spend: $(STAMP)
 	$(BIN)/python scripts/bench_spend.py
+
+# The egress policies in the stack's atespaces that it does not own (docs/egress-policies.md): a dry run, unless
+# `make egress-orphans STACK=prod ARGS=--delete`. Same STACK and ARGS as spend above.
+egress-orphans: $(STAMP)
+	@$(BIN)/python -m tools.egress_orphans --stack $(STACK) $(ARGS)
 
 # The table of docs/budgets.md ("The worst case, and how to bound it"): bounds vs a simulation of enforcement.
 simulate: $(STAMP)

@@ -32,6 +32,11 @@ fingerprint of the live rules and the policy's uid and version: a no-op preview 
 fingerprints and runs no process, a shared-setting change writes each policy once with the recorded
 preconditions, adding or removing an actor is one call.
 
+A create or update that fails deletes again, before it reports the failure, every policy it created itself
+(:func:`write_each`): Pulumi records nothing of a failed create and keeps the previous state of a failed update,
+so such a policy would belong to no state and outlive its actor's removal from the stack. Policies that existed
+before the operation are left as they are; what the undo cannot delete is named in the failure.
+
 Every call is safe to retry (get reads; create recovers through AlreadyExists; update and delete are
 guarded by uid and version; delete treats NotFound as done): Unavailable, DeadlineExceeded, connection
 failures and timeouts are retried with capped exponential backoff and full jitter. NotFound is taken only
@@ -54,7 +59,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import shlex
 import signal
 import subprocess
@@ -69,7 +73,28 @@ import pulumi
 import pulumi.dynamic as dyn
 
 from core import egress
-from core.egress import PolicyInputs, Recorded, ShardInputs
+from core.egress import (
+    ABORTED,
+    ACTOR_NOT_FOUND,
+    ALREADY_EXISTS,
+    API_SERVER_UNREACHABLE,
+    FAILED_PRECONDITION,
+    INVALID_ARGUMENT,
+    KUBECONFIG,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    PLUGIN_MISSING,
+    RETRYABLE,
+    UNAVAILABLE,
+    UNKNOWN,
+    UNKNOWN_FIELD,
+    UNKNOWN_FLAG,
+    PolicyInputs,
+    Recorded,
+    ShardInputs,
+    classify_failure,
+    unknown_flag_of,
+)
 from core.kubeconfig import is_contents
 from tools.kubeconfig import kubeconfig_file, read_kubeconfig_file
 
@@ -84,94 +109,6 @@ keeps appearing and disappearing."""
 REPORTED_FAILURES = 10
 SUBSTRATE_REPO = "https://github.com/agent-substrate/substrate"
 PROVIDER_KEY = "__provider"  # where Pulumi keeps the pickled provider among the properties
-
-# --- failure classification ---------------------------------------------------------------------
-
-ALREADY_EXISTS = "AlreadyExists"
-NOT_FOUND = "NotFound"
-ACTOR_NOT_FOUND = "ActorNotFound"
-FAILED_PRECONDITION = "FailedPrecondition"
-ABORTED = "Aborted"
-UNKNOWN_FIELD = "UnknownField"
-UNKNOWN_FLAG = "UnknownFlag"
-INVALID_ARGUMENT = "InvalidArgument"
-PLUGIN_MISSING = "PluginMissing"
-KUBECONFIG = "Kubeconfig"
-UNAVAILABLE = "Unavailable"
-PERMISSION_DENIED = "PermissionDenied"
-API_SERVER_UNREACHABLE = "ApiServerUnreachable"
-UNKNOWN = "Unknown"
-
-RETRYABLE = frozenset({UNAVAILABLE, API_SERVER_UNREACHABLE})
-
-# gRPC code names as kubectl-ate prints them ("rpc error: code = AlreadyExists desc = ..."),
-# matched case-insensitively and with or without underscores (ALREADY_EXISTS).
-_GRPC_CODES = {
-    "alreadyexists": ALREADY_EXISTS,
-    "notfound": NOT_FOUND,
-    "failedprecondition": FAILED_PRECONDITION,
-    "aborted": ABORTED,
-    "invalidargument": INVALID_ARGUMENT,
-    "unavailable": UNAVAILABLE,
-    "deadlineexceeded": UNAVAILABLE,
-    "permissiondenied": PERMISSION_DENIED,
-    "unauthenticated": PERMISSION_DENIED,
-}
-_CODE_RE = re.compile(r"code\s*=\s*([A-Za-z_]+)", re.IGNORECASE)
-# Checked in order, before the gRPC code: the more specific wording wins.
-_TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (PLUGIN_MISSING, re.compile(r'unknown command "?ate"?|kubectl-ate: (command )?not found', re.IGNORECASE)),
-    (UNKNOWN_FIELD, re.compile(r"unknown field", re.IGNORECASE)),
-    (UNKNOWN_FLAG, re.compile(r"unknown (shorthand )?flag", re.IGNORECASE)),
-    (
-        KUBECONFIG,
-        re.compile(
-            r"failed to load kubeconfig|context was not found|no configuration has been provided", re.IGNORECASE
-        ),
-    ),
-    # Every verb wraps a failure to build its client this way (cmd/kubectl-ate/internal/cmd/*.go), before any
-    # RPC: the Kubernetes lookups of internal/ateclient/builder.go (Service api, its pods, the port-forward, the
-    # ate-api-server Deployment, the ate-client token). Their "... not found" is about Substrate's install on
-    # this cluster, never about a policy: it must not read as NotFound.
-    (API_SERVER_UNREACHABLE, re.compile(r"failed to connect to ate-api-server", re.IGNORECASE)),
-    (FAILED_PRECONDITION, re.compile(r"failed[\s_]*precondition|parent actor does not exist", re.IGNORECASE)),
-    (ACTOR_NOT_FOUND, re.compile(r'actor "[^"]*" in atespace "[^"]*" not found', re.IGNORECASE)),
-    (NOT_FOUND, re.compile(r"has no egress policy", re.IGNORECASE)),
-)
-# Used only when the output carries no gRPC code. NotFound is deliberately not among them: it is taken only
-# from "code = NotFound" or the two wordings above, so no other "not found" can make a read report a policy
-# absent or a delete report it gone.
-_FALLBACK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (ALREADY_EXISTS, re.compile(r"already[\s_]*exists", re.IGNORECASE)),
-    (ABORTED, re.compile(r"\baborted\b", re.IGNORECASE)),
-    (INVALID_ARGUMENT, re.compile(r"invalid[\s_]*argument", re.IGNORECASE)),
-    (UNAVAILABLE, re.compile(r"unavailable|deadline[\s_]*exceeded|failed to connect", re.IGNORECASE)),
-    (PERMISSION_DENIED, re.compile(r"permission[\s_]*denied|unauthenticated|forbidden", re.IGNORECASE)),
-)
-
-# cobra's wording: "unknown flag: --context", "unknown shorthand flag: 'o' in -o".
-_UNKNOWN_FLAG_RE = re.compile(r"unknown (?:shorthand )?flag:\s*(?:'[^']*' in )?(-{1,2}[A-Za-z0-9][-A-Za-z0-9]*)")
-
-
-def unknown_flag_of(output: str) -> str:
-    """The flag a cobra CLI rejected as unknown (``--context``, ``-o``), or ``""``."""
-    match = _UNKNOWN_FLAG_RE.search(output)
-    return match.group(1) if match else ""
-
-
-def classify_failure(output: str) -> str:
-    """The failure class of a ``kubectl ate`` run from its stderr (and stdout) text."""
-    for kind, pattern in _TEXT_PATTERNS:
-        if pattern.search(output):
-            return kind
-    match = _CODE_RE.search(output)
-    if match:
-        return _GRPC_CODES.get(match.group(1).replace("_", "").lower(), UNKNOWN)
-    for kind, pattern in _FALLBACK_PATTERNS:
-        if pattern.search(output):
-            return kind
-    return UNKNOWN
-
 
 # --- errors -------------------------------------------------------------------------------------
 
@@ -223,7 +160,8 @@ FATAL_ERRORS = (KubectlAteMissingError, VersionSkewError, KubeconfigError, ApiSe
 
 
 class ShardError(EgressPolicyError):
-    """Some actors of a shard failed; the others were done (and are found done by the next ``up``)."""
+    """Some actors of a shard failed; the others were done (and are found done by the next ``up``), except
+    the policies a failed create or update had created, which it deletes again (:func:`write_each`)."""
 
 
 def build_instructions(substrate_ref: str) -> str:
@@ -521,10 +459,13 @@ def recorded_of(live: Mapping[str, Any]) -> Recorded:
 
 @dataclass(frozen=True)
 class Written:
-    """A policy as stored after :func:`ensure_policy`; ``adopted`` when it existed before the create."""
+    """A policy as stored after :func:`ensure_policy`; ``adopted`` when it existed before the create,
+    ``created`` when this call created it (no policy existed when it began): what a failed shard operation
+    deletes again before it reports the failure (:func:`write_each`)."""
 
     live: dict[str, Any]
     adopted: bool = False
+    created: bool = False
 
     @property
     def recorded(self) -> Recorded:
@@ -545,12 +486,16 @@ def ensure_policy(client: AteClient, inputs: PolicyInputs, recorded: Recorded | 
     alone. With a record, update with its preconditions straight away (one call); on Aborted (changed
     since), read and write again only if the rules differ; on NotFound, create. Each round is bounded
     by :data:`CONFLICT_ATTEMPTS`.
+
+    The result says whether this call *created* the policy: a create that succeeded, or one whose
+    AlreadyExists came after a retried run of the same create (an earlier run may have made it unseen: a
+    timeout or Unavailable after the commit). Such a policy existed before no one; an adopted one did.
     """
     egress.require_valid(inputs)
     desired = egress.desired_rules(inputs)
     guard = recorded if recorded and recorded.uid and recorded.version else None
     try_create = guard is None
-    adopted = False
+    adopted = created = False
     aborted = 0
     for attempt in range(CONFLICT_ATTEMPTS):
         if attempt:
@@ -558,18 +503,20 @@ def ensure_policy(client: AteClient, inputs: PolicyInputs, recorded: Recorded | 
         if try_create:
             result = client.create(egress.build_policy(inputs))
             if result.ok:
-                return Written(_parse_policy(result), adopted=False)
+                return Written(_parse_policy(result), adopted=False, created=True)
             if result.kind != ALREADY_EXISTS:
                 raise client.failure(result, "create")
             live = client.get()
             if live is None:
                 continue  # created and deleted again by someone else meanwhile: create again
             # an earlier attempt of this very create may have succeeded unseen (a timeout, Unavailable)
-            adopted = adopted or result.attempts == 1
+            lost_answer = result.attempts > 1
+            adopted = adopted or not lost_answer
+            created = created or (lost_answer and not adopted)
             guard, try_create = recorded_of(live), False
         result = client.update(egress.build_policy(inputs, uid=guard.uid, version=guard.version))
         if result.ok:
-            return Written(_parse_policy(result), adopted=adopted)
+            return Written(_parse_policy(result), adopted=adopted, created=created)
         if result.kind == NOT_FOUND:
             try_create = True  # deleted since it was recorded or read
             continue
@@ -581,7 +528,7 @@ def ensure_policy(client: AteClient, inputs: PolicyInputs, recorded: Recorded | 
             try_create = True
             continue
         if not adopted and egress.normalize_rules(live.get("rules") or []) == desired:
-            return Written(live)  # someone (an interrupted run of ours, or by hand) already wrote it
+            return Written(live, created=created)  # someone (an interrupted run of ours, or by hand) wrote it
         guard = recorded_of(live)
     if aborted:
         raise UpdateConflictError(
@@ -641,11 +588,24 @@ def _client(target: Target, ref: str) -> AteClient:
     return AteClient(target, atespace, actor)
 
 
-def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], T]], action: str) -> dict[str, T]:
+@dataclass
+class ShardRun:
+    """What one pass over a shard's actors did: each actor's result, each actor's failure, and the failure
+    every actor would meet that stopped the pass (no kubectl, another Substrate version, a bad kubeconfig)."""
+
+    results: dict[str, Any]
+    errors: dict[str, Exception]
+    fatal: Exception | None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors) or self.fatal is not None
+
+
+def run_each(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], Any]]) -> ShardRun:
     """Run ``work[ref]`` for every actor, at most ``shard.concurrency`` at once, all with one kubeconfig
-    file. Raises :class:`ShardError` naming each failed actor once all the others are done (or at the
-    first failure every actor would meet: no kubectl, another Substrate version, a bad kubeconfig)."""
-    results: dict[str, T] = {}
+    file; stop at the first failure every actor would meet. Never raises for an actor's failure."""
+    results: dict[str, Any] = {}
     errors: dict[str, Exception] = {}
     fatal: list[Exception] = []
     stop = threading.Event()
@@ -658,7 +618,7 @@ def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], 
         except FATAL_ERRORS as exc:
             fatal.append(exc)
             stop.set()
-        except Exception as exc:  # reported per actor below
+        except Exception as exc:  # reported per actor by the caller
             errors[ref] = exc
 
     with kubeconfig_file(shard.kubeconfig) as path:
@@ -667,18 +627,95 @@ def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], 
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kubectl-ate") as pool:
             for ref in work:
                 pool.submit(attempt, ref, target)
+    return ShardRun(results, errors, fatal[0] if fatal else None)
+
+
+def _failure_message(shard: ShardInputs, run: ShardRun, total: int, action: str, others: str) -> str:
+    """The first part of a shard's failure: the fatal failure, or each failed actor (``others`` says what
+    became of the actors that did not fail)."""
     name = egress.shard_resource_name(shard.shard)
-    if fatal:
-        raise ShardError(
-            f"{name}: stopped after {len(results)} of {len(work)} actors ({action}): {fatal[0]}"
-        ) from fatal[0]
-    if errors:
-        failures = _summary([f"{ref}: {errors[ref]}" for ref in sorted(errors)], "\n  - ")
-        raise ShardError(
-            f"{name}: {len(errors)} of {len(work)} actors failed ({action}); the other {len(results)} are done "
-            f"and the next `pulumi up` finds them done. Fix the cause and run it again:\n  - {failures}"
+    if run.fatal is not None:
+        return f"{name}: stopped after {len(run.results)} of {total} actors ({action}): {run.fatal}"
+    failures = _summary([f"{ref}: {run.errors[ref]}" for ref in sorted(run.errors)], "\n  - ")
+    return (
+        f"{name}: {len(run.errors)} of {total} actors failed ({action}); {others}. Fix the cause and run it "
+        f"again:\n  - {failures}"
+    )
+
+
+def for_each_actor(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], T]], action: str) -> dict[str, T]:
+    """Run ``work[ref]`` for every actor (:func:`run_each`). Raises :class:`ShardError` naming each failed
+    actor once all the others are done (or at the first failure every actor would meet)."""
+    run = run_each(shard, work)
+    if run.failed:
+        others = f"the other {len(run.results)} are done and the next `pulumi up` finds them done"
+        raise ShardError(_failure_message(shard, run, len(work), action, others)) from run.fatal
+    return run.results
+
+
+def write_each(shard: ShardInputs, work: Mapping[str, Callable[[AteClient], Any]], action: str) -> dict[str, Any]:
+    """:func:`for_each_actor` for a create or update, which undoes what it created before it fails.
+
+    Pulumi records nothing of a create that fails and keeps the previous state of an update that fails, so a
+    policy such an operation created belongs to no state: its actor, removed from the stack before the next
+    successful ``up``, would keep it and with it its way to the gateway. So when any actor fails, every policy
+    this operation created (:attr:`Written.created`) is deleted again, guarded by the uid and version its write
+    printed (as :func:`remove_policy` deletes: edited since, deleted all the same; recreated by someone else,
+    left), before the failure is raised; policies that existed before (updated or adopted) stay as they are.
+    What the undo could not delete is named in the failure, with the command that deletes it.
+    """
+    run = run_each(shard, work)
+    if not run.failed:
+        return run.results
+    created = {ref: r.recorded for ref, r in sorted(run.results.items()) if isinstance(r, Written) and r.created}
+    if not created:
+        others = f"the other {len(run.results)} are done and the next `pulumi up` finds them done"
+        raise ShardError(_failure_message(shard, run, len(work), action, others)) from run.fatal
+    others = f"the other {len(run.results)} were done"
+    message = _failure_message(shard, run, len(work), action, others)
+    raise ShardError(f"{message}\n{_undo_created(shard, created)}") from run.fatal
+
+
+def _undo_created(shard: ShardInputs, created: Mapping[str, Recorded]) -> str:
+    """Delete the policies a failed operation created; say what became of them."""
+    undo = run_each(shard, {ref: _remove(record) for ref, record in created.items()})
+    deleted = [ref for ref in created if ref in undo.results and undo.results[ref][0] in (DELETED, GONE)]
+    left = {ref: undo.results[ref][1] for ref in created if ref in undo.results and undo.results[ref][0] == LEFT}
+    kept = {ref: str(undo.errors.get(ref) or undo.fatal) for ref in created if ref not in undo.results}
+    parts: list[str] = []
+    if deleted:
+        how_many = f"the {len(deleted)}" if len(deleted) == len(created) else f"{len(deleted)} of the {len(created)}"
+        parts.append(
+            f"So that none outlives this failure, it deleted again {how_many} egress policies it had created "
+            f"({_summary(deleted)}): a failed operation records nothing in the Pulumi state, and a policy no state "
+            "records would keep giving its actor the way to the gateway after the actor's removal from the stack. "
+            "The next `pulumi up` creates them anew."
         )
-    return results
+    if left:
+        details = _summary([f"{ref}: {why}" for ref, why in left.items()], "; ")
+        parts.append(f"It left {len(left)} in place that someone else had recreated meanwhile ({details}).")
+    if kept:
+        where = f"--context {shard.kube_context}"
+        if shard.kubeconfig and not is_contents(shard.kubeconfig):
+            where += f" --kubeconfig {shlex.quote(shard.kubeconfig.strip())}"
+        lines = []
+        for ref, reason in list(kept.items())[:REPORTED_FAILURES]:
+            atespace, actor = ref.split("/", 1)
+            record = created[ref]
+            lines.append(
+                f"{ref} (uid {record.uid}, version {record.version}): {reason}; delete it with `kubectl ate delete "
+                f"egress-policy {actor} -a {atespace} --uid {record.uid} --version {record.version} {where}`"
+            )
+        if len(kept) > REPORTED_FAILURES:
+            lines.append(f"... and {len(kept) - REPORTED_FAILURES} more")
+        parts.append(
+            f"It could not delete {len(kept)} of the {len(created)} egress policies it had created. No Pulumi "
+            "state records them: if their actor is removed from the stack before the next successful `pulumi "
+            "up`, its policy stays and keeps its access. Delete each by hand, or list and delete every policy "
+            "the stack does not own with `python -m tools.egress_orphans --stack <stack> --delete` once the "
+            "actor is out of the stack (docs/egress-policies.md):\n  - " + "\n  - ".join(lines)
+        )
+    return "\n".join(parts)
 
 
 def _warn(message: str) -> None:
@@ -804,7 +841,7 @@ class EgressShardProvider(dyn.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
         shard = _valid(props)
-        written = for_each_actor(
+        written = write_each(
             shard, {ref: _ensure(shard, ref, None) for ref in shard.actors}, "create their egress policies"
         )
         _report_adopted(shard, written)
@@ -820,7 +857,7 @@ class EgressShardProvider(dyn.ResourceProvider):
         work.update({ref: _ensure(shard, ref, None) for ref in plan.create})
         work.update({ref: _ensure(shard, ref, record) for ref, record in plan.write.items()})
         work.update({ref: _remove(record) for ref, record in plan.delete.items()})
-        done = for_each_actor(shard, work, "update their egress policies") if work else {}
+        done = write_each(shard, work, "update their egress policies") if work else {}
         written = {ref: result for ref, result in done.items() if isinstance(result, Written)}
         _report_adopted(shard, written)
         _report_left(shard, {ref: done[ref] for ref in plan.delete})

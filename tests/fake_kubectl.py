@@ -20,6 +20,16 @@ newest versions found, with update and delete; ``root.go`` @2e3e300; ``builder.g
 * ``cmd/kubectl-ate/internal/printer/{egress_policy,printer}.go``: json prints the bare policy through
   protojson (int64 as strings, empty fields left out), table prints one row; yaml is not emulated (it
   prints a marker line, then the JSON): the provider always asks for json;
+* ``cmd/kubectl-ate/internal/cmd/actor.go`` and ``printer/printer.go`` @18d1c266: ``get actors`` (alias
+  ``actor``), the one listing the orphan command (tools/egress_orphans.py) needs, since no command lists
+  egress policies (``get egress-policy`` takes exactly one actor, "TODO(#1550)", and ateapi's Control service
+  has no List RPC for them): the client is built first; with names, ``-A`` or a missing ``-a`` is refused and
+  each actor is read (a missing one fails "failed to get actor"); without names exactly one of ``-a`` and
+  ``-A/--all-atespaces`` (refused in actor.go's words); json prints a ListActorsResponse (``{"actors": [...]}``,
+  ``{}`` when empty, sorted by atespace, then name) for a listing or several names, the bare actor for one.
+  The server filters by atespace with no existence check (``controlapi`` ``ListActors`` hands the atespace to the
+  store), so an atespace without actors lists none. An actor prints only ``metadata.atespace`` and
+  ``metadata.name`` here (the fake keeps no template, state or uid); table prints actor.go's columns;
 * ``internal/ateclient/builder.go``: the kubeconfig is ``--kubeconfig`` (a path), else ``$KUBECONFIG``,
   else ``~/.kube/config`` (client-go loading rules), the context ``--context`` or the current one; a
   failure is "failed to connect to ate-api-server: failed to load kubeconfig: ..." in client-go's words;
@@ -62,6 +72,7 @@ Knobs (``knobs.json``):
     phantom_exists          answer AlreadyExists to this many creates although there is no policy
     vanish_on_update_once   the next update finds the policy deleted (a concurrent delete)
     fail_next               {"<verb>": ["<stderr line>", ...]}: the next such calls fail with these lines
+                            (``get actors`` is the verb "get-actors")
     fail_always             {"<verb>": "<stderr line>"}: every such call fails so
     print_next              {"<verb>": "<text>"}: the next such call prints that text and exits 0
     expiration_as_string    print expirationSeconds as "900" (default true, like protojson)
@@ -124,7 +135,9 @@ PERSISTENT_FLAGS = {
 ATESPACE = {"--atespace": ("atespace", True), "-a": ("atespace", True)}
 FILENAME = {"--filename": ("filename", True), "-f": ("filename", True)}
 GUARDS = {"--uid": ("uid", True), "--version": ("version", True)}
+ALL_ATESPACES = {"--all-atespaces": ("all-atespaces", False), "-A": ("all-atespaces", False)}
 LOCAL_FLAGS: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {
+    ("get", "actors"): {**ATESPACE, **ALL_ATESPACES},
     ("get", "egress-policy"): ATESPACE,
     ("create", "egress-policy"): {**ATESPACE, **FILENAME},
     ("update", "egress-policy"): {**ATESPACE, **FILENAME},
@@ -132,6 +145,7 @@ LOCAL_FLAGS: dict[tuple[str, str], dict[str, tuple[str, bool]]] = {
     ("delete", "actor"): ATESPACE,
 }
 REQUIRED = {
+    ("get", "actors"): (),
     ("get", "egress-policy"): ("atespace",),
     ("create", "egress-policy"): ("atespace", "filename"),
     ("update", "egress-policy"): ("atespace", "filename"),
@@ -213,6 +227,17 @@ class Cluster:
 
     def actor_exists(self, atespace: str, actor: str) -> bool:
         return os.path.exists(os.path.join(self.base, "actors", atespace, actor))
+
+    def actor_refs(self, atespace: str | None) -> list[tuple[str, str]]:
+        """(atespace, name) of every actor, of one atespace or (None) of all."""
+        base = os.path.join(self.base, "actors")
+        spaces = [atespace] if atespace is not None else (sorted(os.listdir(base)) if os.path.isdir(base) else [])
+        refs = []
+        for space in spaces:
+            folder = os.path.join(base, space)
+            if os.path.isdir(folder):
+                refs += [(space, name) for name in sorted(os.listdir(folder))]
+        return refs
 
     def remove_actor(self, atespace: str, actor: str) -> None:
         os.remove(os.path.join(self.base, "actors", atespace, actor))
@@ -515,6 +540,7 @@ def main(argv: list[str]) -> int:
 def run_ate(args: list[str], stdin_text: str, knobs: dict) -> int:
     verb, noun = command_of(args)
     noun = "egress-policy" if noun in NOUNS else noun
+    noun = "actors" if (verb, noun) == ("get", "actor") else noun
     if noun == "egress-policy" and verb in knobs.get("missing_verbs", []):
         # An older build: the parent command exists (for actors) without this subcommand, so cobra
         # parses the rest as the parent's flags and refuses the first local one (-a).
@@ -526,6 +552,10 @@ def run_ate(args: list[str], stdin_text: str, knobs: dict) -> int:
     defined = {**PERSISTENT_FLAGS, **LOCAL_FLAGS[(verb, noun)]}
     positional, flags = parse_args(args, defined, knobs.get("unknown_flags", []))
     names = positional[2:]
+    if noun == "actors":  # no argument count: a listing, or any number of actors
+        if flags["output"] not in ("table", "json", "yaml"):
+            raise CliError(f'invalid output format "{flags["output"]}". Must be one of: table, json, yaml')
+        return get_actors(names, flags)
     # cobra's order: arguments, then the root's PersistentPreRunE (output format), then required flags
     if len(names) != 1:
         raise CliError(f"accepts 1 arg(s), received {len(names)}")
@@ -545,6 +575,42 @@ def run_ate(args: list[str], stdin_text: str, knobs: dict) -> int:
         return 0
     handler = {"get": do_get, "create": do_create, "update": do_update, "delete": do_delete}[verb]
     return handler(atespace, actor, flags, stdin_text)
+
+
+def get_actors(names: list[str], flags: dict) -> int:
+    """``get actors`` as actor.go @18d1c266 runs it: connect, check the flags, read or list, print."""
+    cluster = dial(flags)
+    atespace, every = flags.get("atespace", ""), flags.get("all-atespaces", False)
+    with transaction("get-actors"):
+        if names:
+            if every:
+                raise CliError("-A/--all-atespaces cannot be used when getting actors; pass --atespace")
+            if not atespace:
+                raise CliError("--atespace is required when getting actors")
+            for name in names:
+                if not cluster.actor_exists(atespace, name):
+                    raise CliError(
+                        f'failed to get actor "{name}": rpc error: code = NotFound desc = Actor {atespace}/{name} '
+                        "not found"
+                    )
+            refs = [(atespace, name) for name in names]
+        else:
+            if every and atespace:
+                raise CliError("--atespace and -A/--all-atespaces are mutually exclusive")
+            if not every and not atespace:
+                raise CliError("specify --atespace <name> to list one atespace, or -A/--all-atespaces for all")
+            refs = cluster.actor_refs(None if every else atespace)
+    refs = sorted(refs)
+    actors = [{"metadata": {"atespace": a, "name": n}} for a, n in refs]
+    if flags["output"] == "table":
+        print("ATESPACE   NAME   TEMPLATE   STATE   WORKER POD   WORKER IPS   VERSION   AGE")
+        for a, n in refs:
+            print(f"{a}   {n}   /   ACTOR_STATE_SUSPENDED   <none>      0   1s")
+        return 0
+    document: dict = actors[0] if len(names) == 1 else ({"actors": actors} if actors else {})
+    text = json.dumps(document, indent=2, sort_keys=True)
+    print(text if flags["output"] == "json" else "# yaml output is not emulated\n" + text)
+    return 0
 
 
 def who(atespace: str, actor: str) -> str:

@@ -14,7 +14,9 @@ component and the tests share one definition of each concern, one module each:
 * ``shards``: which of the 64 stable shards an actor belongs to, a shard's inputs and checks, and the
   settings every actor's policy shares;
 * ``diff``: a shard's diff, and the plan of calls an update makes (create, write, keep or delete, per actor);
-* ``cluster``: which cluster the policies live on (kube context and kubeconfig identity).
+* ``cluster``: which cluster the policies live on (kube context and kubeconfig identity);
+* ``cli_output``: what ``kubectl ate``'s output means (the failure class of a run);
+* ``orphans``: the policies a stack does not own (which actors to read, the actor listing, the report).
 
 ``core.egress`` re-exports every public name, so callers import from here. The dynamic provider
 (``components/egress_provider.py``, pickled into stack state by its own module path) calls these
@@ -23,6 +25,25 @@ functions as ``egress.<name>``: keep each name importable here.
 
 from __future__ import annotations
 
+from core.egress.cli_output import (
+    ABORTED,
+    ACTOR_NOT_FOUND,
+    ALREADY_EXISTS,
+    API_SERVER_UNREACHABLE,
+    FAILED_PRECONDITION,
+    INVALID_ARGUMENT,
+    KUBECONFIG,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    PLUGIN_MISSING,
+    RETRYABLE,
+    UNAVAILABLE,
+    UNKNOWN,
+    UNKNOWN_FIELD,
+    UNKNOWN_FLAG,
+    classify_failure,
+    unknown_flag_of,
+)
 from core.egress.cluster import (
     cluster_identity,
     target_change,
@@ -80,6 +101,14 @@ from core.egress.normalize import (
     normalize_rules,
     rules_fingerprint,
 )
+from core.egress.orphans import (
+    Orphan,
+    OutputError,
+    atespaces_of,
+    parse_actor_list,
+    render_report,
+    unowned,
+)
 from core.egress.problems import (
     EgressConfigError,
     Problem,
@@ -109,8 +138,12 @@ from core.egress.shards import (
 from core.kubeconfig import is_contents as kubeconfig_is_contents
 
 __all__ = [
+    "ABORTED",
     "ABSENT",
+    "ACTOR_NOT_FOUND",
     "ACTOR_REF",
+    "ALREADY_EXISTS",
+    "API_SERVER_UNREACHABLE",
     "AUTH_HEADER",
     "AUTH_PREFIX",
     "DEFAULT_AUDIENCES",
@@ -120,7 +153,10 @@ __all__ = [
     "DEFAULT_KUBECTL",
     "DEFAULT_TIMEOUT_SECONDS",
     "EXTRA_HOSTNAME_PORT",
+    "FAILED_PRECONDITION",
     "GATEWAY_HOSTNAME",
+    "INVALID_ARGUMENT",
+    "KUBECONFIG",
     "MAX_AUDIENCES",
     "MAX_AUDIENCE_LENGTH",
     "MAX_CONCURRENCY",
@@ -133,15 +169,25 @@ __all__ = [
     "MAX_RULES",
     "MIN_AUDIENCES",
     "MIN_EXPIRATION_SECONDS",
+    "NOT_FOUND",
+    "PERMISSION_DENIED",
+    "PLUGIN_MISSING",
     "POLICY_NAME",
+    "RETRYABLE",
     "RULE_KINDS",
     "SHARD_COUNT",
     "SHARD_SETTING_KEYS",
     "SHARD_TARGET_KEYS",
+    "UNAVAILABLE",
+    "UNKNOWN",
+    "UNKNOWN_FIELD",
+    "UNKNOWN_FLAG",
     "WELL_KNOWN_PROVIDER_HOSTS",
     "DiffDecision",
     "EgressConfigError",
     "EgressPolicySettings",
+    "Orphan",
+    "OutputError",
     "PolicyInputs",
     "Problem",
     "Recorded",
@@ -149,8 +195,10 @@ __all__ = [
     "ShardPlan",
     "actor_ref_problems",
     "as_int",
+    "atespaces_of",
     "build_policy",
     "build_rules",
+    "classify_failure",
     "cluster_identity",
     "credential_uri_problem",
     "desired_rules",
@@ -159,6 +207,7 @@ __all__ = [
     "kubeconfig_is_contents",
     "live_fingerprints",
     "normalize_rules",
+    "parse_actor_list",
     "parse_actor_ref",
     "patterns_overlap",
     "plan_shard",
@@ -167,6 +216,7 @@ __all__ = [
     "provider_host_of",
     "provider_host_problems",
     "recorded_policies",
+    "render_report",
     "require_valid",
     "rules_fingerprint",
     "settings_problems",
@@ -176,5 +226,7 @@ __all__ = [
     "shard_problems",
     "shard_resource_name",
     "target_change",
+    "unknown_flag_of",
+    "unowned",
     "unresolved_path",
 ]
