@@ -28,6 +28,25 @@ Pure functions over plain data. Facts, each checked in upstream source:
 * Each kind of tokens a limit can count is part of the window: input (cache reads and writes included, as
   Agent Router reports `InputToken`), cached input (a part of the input) and output (reasoning included, at
   most the ceiling) are each at most the window, and the output at most the ceiling too.
+* **A body that repeats a key escapes the ceiling.** The mutation writes with tidwall/sjson, which acts on the
+  *first* copy of a key (`appendRawPaths` finds it with gjson's `Get`, which stops at the first match and
+  compares escaped keys unescaped: sjson commit 13f6455, gjson v1.19.0 `parseObject`, the versions ai-gateway
+  v1.1.0's go.mod pins); a `remove` deletes that first copy only. The pass-through translators forward the
+  client's own bytes, changing at most `model` (`internal/translator/openai_openai.go`,
+  `anthropic_anthropic.go` `RequestBody`). So `{"max_completion_tokens": 1, "max_completion_tokens": 100000,
+  "n": 1, "n": 8}` reaches the provider with its last copies intact, and the parsers that keep the last copy
+  of a key (Agent Router's own, sonic, and Python's json do) read 100,000 and 8. Only a cross-schema call is
+  re-serialised from Agent Router's parsed struct (one copy of each key), and the agent picks the endpoint, so
+  every route of the OpenAI or Anthropic schema can be reached through a pass-through one. Without
+  `gateway.refuseDuplicateKeys` (core/body_guard.py) an Anthropic route's output is bounded by its window only,
+  and an OpenAI route's not at all (any number of choices).
+* **When the mutation fails, the body goes out unmutated** (`internal/extproc/util.go` `applyBodyMutation`
+  logs the error and keeps the body). `Mutate` returns an error only when sjson does: a `remove` of a top-level
+  key never fails (a missing key is "no change"), and a `set` fails only on a body that gjson reads as a
+  top-level array ("cannot set array element for non-numeric key"); a body that is not JSON at all is replaced
+  by an object holding the set fields. Every endpoint's `ParseBody` first unmarshals the body into its request
+  struct (`internal/endpointspec/endpointspec.go`), which refuses an array with 400 before a backend is chosen,
+  so no call that reaches a provider carries a failed ceiling: nothing to add to the bound.
 """
 
 from __future__ import annotations
@@ -79,6 +98,27 @@ class RouteFacts:
     timeout_seconds: float
     served: tuple[str, ...] = ()
     """The names agents send to reach the route (what a per-model limit names); empty: any."""
+    duplicate_keys_refused: bool = False
+    """Whether the gateway refuses bodies that repeat a top-level key (`gateway.refuseDuplicateKeys`)."""
+
+
+REFUSE_DUPLICATE_KEYS = "gateway.refuseDuplicateKeys"
+"""The key whose guard makes a route's ceiling hold against a body that repeats a key."""
+
+
+def ceiling_bypass(route: RouteFacts) -> str | None:
+    """Why the route's `maxOutputTokens` does not bound a call whose body repeats a key, and what bounds it
+    instead; None when the ceiling holds (or there is none, or the route is the mock)."""
+    if route.max_output_tokens is None or route.duplicate_keys_refused or route.provider_kind == "mock":
+        return None
+    if api_schema(route.provider_kind) == "Anthropic":
+        fields, instead = ANTHROPIC_CEILING_FIELD, f"output up to {route.key}.contextWindow"
+    else:
+        fields, instead = f"{OPENAI_CHOICES_FIELD} or {OPENAI_CEILING_FIELD}", "no bound"
+    return (
+        f"{route.key} ({route.name}): a body that repeats {fields} keeps its own last copy (the ceiling is "
+        f"written into the first): {instead} (set {REFUSE_DUPLICATE_KEYS})"
+    )
 
 
 @dataclass(frozen=True)
@@ -96,6 +136,8 @@ class CallBound:
     """The most output tokens one call reports, when less than `tokens` (a ceiling)."""
     served: tuple[str, ...] = ()
     """The model names agents send to reach this route; empty: any."""
+    bypass: str | None = None
+    """Why the route's ceiling does not hold against a body that repeats a key (`ceiling_bypass`)."""
 
     @property
     def bounded(self) -> bool:
@@ -145,17 +187,26 @@ def call_bound(route: RouteFacts, prices: Mapping[str, ModelPrice], mock_total_t
         # The mock reports the same total for every call; priced as if every token were of the dearest kind.
         mills = None if price is None else _dearest_call_mills(mock_total_tokens, mock_total_tokens, price)
         return CallBound(route.name, mock_total_tokens, mills, route.timeout_seconds, served=route.served)
+    bypass = ceiling_bypass(route)
     missing: list[str] = []
     if route.context_window is None:
         missing.append(f"{route.key}.contextWindow")
-    if route.max_output_tokens is None and api_schema(route.provider_kind) == "OpenAI":
-        # Without the ceiling's `n: 1` one call can ask for many choices, each as long as the window allows.
-        missing.append(f"{route.key}.maxOutputTokens")
+    if api_schema(route.provider_kind) == "OpenAI":
+        # Without the ceiling's `n: 1` one call can ask for many choices, each as long as the window allows;
+        # and a body that repeats `n` keeps its own unless the gateway refuses it.
+        if route.max_output_tokens is None:
+            missing.append(f"{route.key}.maxOutputTokens")
+        if not route.duplicate_keys_refused:
+            missing.append(REFUSE_DUPLICATE_KEYS)
     if missing:
-        return CallBound(route.name, None, None, route.timeout_seconds, tuple(missing), served=route.served)
+        return CallBound(
+            route.name, None, None, route.timeout_seconds, tuple(missing), served=route.served, bypass=bypass
+        )
     assert route.context_window is not None
     window = route.context_window
-    ceiling = route.max_output_tokens if route.max_output_tokens is not None else window
+    # An Anthropic body that repeats `max_tokens` runs at its own last copy: only the window bounds it then.
+    held = route.max_output_tokens if bypass is None else None
+    ceiling = held if held is not None else window
     mills = None if price is None else min(_dearest_call_mills(window, ceiling, price), MAX_MILLS_PER_CALL)
     output = min(ceiling, window)
     return CallBound(
@@ -165,4 +216,5 @@ def call_bound(route: RouteFacts, prices: Mapping[str, ModelPrice], mock_total_t
         route.timeout_seconds,
         output_tokens=output if output < window else None,
         served=route.served,
+        bypass=bypass,
     )

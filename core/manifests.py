@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.body_guard import BODY_GUARD_POLICY_NAME, body_guard_spec, guard_enabled
 from core.budget_rules import (
     ACTOR_HEADER,
     CLASS_SLOTS_ANNOTATION,
@@ -146,7 +147,8 @@ def gateway_listeners(settings: StackSettings) -> list[dict[str, Any]]:
 
 
 def gateway_manifests(settings: StackSettings) -> list[Manifest]:
-    """GatewayClass, EnvoyProxy (fixed Service name), Gateway and ClientTrafficPolicy."""
+    """GatewayClass, EnvoyProxy (fixed Service name), Gateway and ClientTrafficPolicy; with
+    `gateway.refuseDuplicateKeys`, the EnvoyExtensionPolicy of the duplicate-key guard (core.body_guard)."""
     ns = settings.gateway.namespace
     kubernetes: dict[str, Any] = {
         # The fixed name every egress policy targets: agent-router.envoy-gateway-system.svc.cluster.local
@@ -202,6 +204,19 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
                 # every bound on a budget's overshoot assumes one attempt that ends within its route's timeout.
                 "headers": {"earlyRequestHeaders": {"remove": [ACTOR_HEADER, *UPSTREAM_CONTROL_HEADERS]}},
             },
+        ),
+        *(
+            [
+                Manifest(
+                    "gateway.envoyproxy.io/v1alpha1",
+                    "EnvoyExtensionPolicy",
+                    BODY_GUARD_POLICY_NAME,
+                    ns,
+                    body_guard_spec(_gateway_ref()),
+                )
+            ]
+            if guard_enabled(settings)
+            else []
         ),
     ]
 

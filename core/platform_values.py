@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from core.body_guard import guard_enabled
 from core.manifests import common_labels
 from core.monitoring import metrics_header_attributes, near_limit_ratio
 from core.ratelimit_deployment import RATELIMIT_POD_LABELS
@@ -209,7 +210,13 @@ def envoy_gateway_config(settings: StackSettings) -> dict[str, Any]:
     return {
         "gateway": {"controllerName": GATEWAY_CONTROLLER_NAME},
         "provider": {"type": "Kubernetes", "kubernetes": kubernetes},
-        "extensionApis": {"enableBackend": True, "enableEnvoyPatchPolicy": True},
+        # Lua only for the duplicate-key guard's EnvoyExtensionPolicy (core.body_guard): off by default in Envoy
+        # Gateway, since a Lua policy runs its script in the controller and in every Envoy it reaches.
+        "extensionApis": {
+            "enableBackend": True,
+            "enableEnvoyPatchPolicy": True,
+            **({"enableLua": True} if guard_enabled(settings) else {}),
+        },
         "extensionManager": {
             "hooks": {
                 "xdsTranslator": {

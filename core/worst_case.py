@@ -24,7 +24,9 @@ Hence, for a limit of L per window W and a most expensive call C:
   of them (the calls limit's windows that interval touches, times N), so also at most **M x C**.
 
 The bound is the smaller of the two. Without a calls limit, or without a bound on one call, nothing upstream
-bounds it: the entry says which key to set. tests/test_enforcement.py drives a simulation of the rate-limit
+bounds it: the entry says which key to set. A route whose ceiling a body with a repeated key escapes (without
+`gateway.refuseDuplicateKeys`, core/ceilings.py) is counted at what bounds such a body, and each entry it
+serves says so (`ceilingBypass`). tests/test_enforcement.py drives a simulation of the rate-limit
 service with randomized concurrent workloads and checks that no run exceeds these numbers and that some run
 comes within one call of each.
 
@@ -106,6 +108,9 @@ class WorstCase:
     calls: int | None
     worst: int | None
     unbounded: tuple[str, ...] = ()
+    ceiling_bypass: tuple[str, ...] = ()
+    """For each route serving the limit whose ceiling a body with a repeated key escapes: why, and what bounds
+    a call there instead (core/ceilings.py `ceiling_bypass`)."""
 
     def _amount(self, value: int | None) -> int | float | None:
         if value is None or self.limit is None:
@@ -124,6 +129,7 @@ class WorstCase:
                 "callsPerWindow": self.calls,
                 "worst": self._amount(self.worst),
                 "unbounded": "; ".join(self.unbounded) or None,
+                "ceilingBypass": "; ".join(self.ceiling_bypass) or None,
             }
         )
         return entry
@@ -188,7 +194,7 @@ def _per_call(limit: LimitSpec, bounds: Sequence[CallBound]) -> tuple[int | None
     """The dearest call `limit` can be charged (in its counter's unit), the route keys that would bound it, and
     whether a price is missing."""
     serving = [bound for bound in bounds if bound.serves(limit.models)]
-    missing = [key for bound in serving for key in bound.missing]
+    missing = list(dict.fromkeys(key for bound in serving for key in bound.missing))
     costs = [bound.tokens_of(limit.count) if limit.unit == "tokens" else bound.mills for bound in serving]
     if missing or None in costs or not costs:
         return None, missing, not missing and None in costs
@@ -215,8 +221,18 @@ def _worst_case(
     worst = None
     if not unbounded and per_call is not None and pace.concurrent is not None and pace.calls is not None:
         worst = min(limit.requests + pace.concurrent * per_call, pace.calls * per_call)
+    bypass = tuple(bound.bypass for bound in bounds if bound.bypass is not None and bound.serves(limit.models))
     return WorstCase(
-        name, rule.index, rule.limit_index, limit, per_call, pace.concurrent, pace.calls, worst, tuple(unbounded)
+        name,
+        rule.index,
+        rule.limit_index,
+        limit,
+        per_call,
+        pace.concurrent,
+        pace.calls,
+        worst,
+        tuple(unbounded),
+        bypass,
     )
 
 
@@ -300,6 +316,7 @@ def route_facts(settings: StackSettings) -> list[RouteFacts]:
             context_window=route.context_window,
             timeout_seconds=route.timeout_seconds,
             served=tuple(route.models),
+            duplicate_keys_refused=settings.gateway.refuse_duplicate_keys,
         )
         for index, route in enumerate(settings.routes)
     ]

@@ -60,6 +60,7 @@ files=(
   "${eg_dir}/gateway.envoyproxy.io_backends.yaml|${eg_path}/generated/gateway.envoyproxy.io_backends.yaml|${eg_repo}|${eg_tag}"
   "${eg_dir}/gateway.envoyproxy.io_envoyproxies.yaml|${eg_path}/generated/gateway.envoyproxy.io_envoyproxies.yaml|${eg_repo}|${eg_tag}"
   "${eg_dir}/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml|${eg_repo}|${eg_tag}"
+  "${eg_dir}/gateway.envoyproxy.io_envoyextensionpolicies.yaml|${eg_path}/generated/gateway.envoyproxy.io_envoyextensionpolicies.yaml|${eg_repo}|${eg_tag}"
   "${eg_dir}/gatewayapi-crds.yaml|${eg_path}/gatewayapi-crds.yaml|${eg_repo}|${eg_tag}"
   "${aigw_dir}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_path}/aigateway.envoyproxy.io_aigatewayroutes.yaml|${aigw_repo}|${aigw_tag}"
   "${aigw_dir}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_path}/aigateway.envoyproxy.io_aiservicebackends.yaml|${aigw_repo}|${aigw_tag}"

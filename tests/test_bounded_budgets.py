@@ -52,6 +52,8 @@ def bounded_config() -> dict[str, Any]:
         ],
     }
     config["budgetPolicy"] = {"limitSlots": 2}
+    # Without the duplicate-key guard a body that repeats `n` escapes the OpenAI route's ceiling (core/ceilings.py).
+    config["gateway"] = {**config.get("gateway", {}), "refuseDuplicateKeys": True}
     config["prices"] = {
         "gpt-4.1": {"input": 2, "cachedInput": 0.5, "output": 8},
         "claude-sonnet-4-5": {"input": 3, "cachedInput": 0.3, "cacheWrite": 3.75, "output": 15},
@@ -114,7 +116,46 @@ def test_the_worst_case_of_every_limit_is_a_stack_output(run):
         "callsPerWindow": 30 * 25,  # the day's 24 hours and the one its first call may start in
         "worst": 500_000 + 60 * 200_000,
         "unbounded": None,
+        "ceilingBypass": None,
     }
     per_call = -(-(8_192 * 15_000_000 + (200_000 - 8_192) * 3_750_000) // 10**9)
     assert per_call == 843
     assert (paid["perCall"], paid["concurrentCalls"], paid["worst"]) == (0.843, 70, (5_000 + 70 * per_call) / 1000)
+
+
+def test_the_guard_turns_lua_on_in_envoy_gateway_and_puts_one_policy_on_the_gateway(run):
+    """Envoy Gateway v1.9.0 fails every route a Lua policy targets while `extensionApis.enableLua` is off
+    (internal/gatewayapi/envoyextensionpolicy.go), so the values and the policy come together."""
+    [release] = [r for r in run.of_kind("Release") if r.inputs["name"] == "eg"]
+    assert release.inputs["values"]["config"]["envoyGateway"]["extensionApis"]["enableLua"] is True
+    [guard] = run.of_kind("EnvoyExtensionPolicy")
+    assert guard.inputs["metadata"]["name"] == "agent-budgets-body-guard"
+    assert [entry["type"] for entry in guard.inputs["spec"]["lua"]] == ["Inline"]
+
+
+def test_without_the_guard_the_worst_case_says_which_ceiling_a_repeated_key_escapes():
+    """The ceiling is a bodyMutation that ai-gateway v1.1.0 writes with sjson into the first copy of a key
+    (internal/bodymutator/body_mutator.go, internal/extproc/util.go `applyBodyMutation`), and the pass-through
+    translators forward the client's other copies (internal/translator/openai_openai.go, anthropic_anthropic.go):
+    `{"max_completion_tokens": 1, "max_completion_tokens": 100000, "n": 1, "n": 8}` keeps 100,000 and 8. So
+    without `gateway.refuseDuplicateKeys` the default budget (served by the OpenAI route too) is unbounded, and
+    the class's usd limit on Claude is priced at 200,000 output tokens at $15 ($3.00 a call, 30 at once: Claude's
+    route keeps the 60 s timeout), not 8,192. Neither the policy nor Lua is there. Before the fix the default was
+    bounded at 12,500,000 tokens and the class at $30.29 (30 calls of $0.843)."""
+    config = bounded_config()
+    del config["gateway"]["refuseDuplicateKeys"]
+    config["budgets"]["classes"][0]["limits"][0] = {"usd": 5, "per": "Day", "models": ["claude-sonnet-4-5"]}
+    unguarded = run_program(config, secrets=KEYS)
+    default, paid = unguarded.outputs["worstCase"]
+    assert (default["worst"], default["unbounded"]) == (None, "set gateway.refuseDuplicateKeys")
+    assert default["ceilingBypass"] == (
+        "routes[0] (gpt): a body that repeats n or max_completion_tokens keeps its own last copy (the ceiling is "
+        "written into the first): no bound (set gateway.refuseDuplicateKeys); "
+        "routes[1] (claude): a body that repeats max_tokens keeps its own last copy (the ceiling is written into the "
+        "first): output up to routes[1].contextWindow (set gateway.refuseDuplicateKeys)"
+    )
+    assert (paid["perCall"], paid["concurrentCalls"], paid["worst"]) == (3.0, 30, 5 + 30 * 3.0)
+    assert paid["ceilingBypass"] == default["ceilingBypass"].split("; ")[1]
+    assert unguarded.of_kind("EnvoyExtensionPolicy") == []
+    [release] = [r for r in unguarded.of_kind("Release") if r.inputs["name"] == "eg"]
+    assert "enableLua" not in release.inputs["values"]["config"]["envoyGateway"]["extensionApis"]

@@ -133,3 +133,23 @@ def test_an_api_key_filter_also_runs_before_agent_router():
     assert both[:3] == [API_KEY_AUTH, JWT_AUTHN, AGENT_ROUTER_FILTER]
     alone = listener_chain([CUSTOM_RESPONSE_OF_THE_BUDGET, API_KEY_AUTH], IDENTITY_BEFORE_AGENT_ROUTER)
     assert identity_filters_after_agent_router(alone) == [] and alone[:2] == [API_KEY_AUTH, AGENT_ROUTER_FILTER]
+
+
+def test_the_duplicate_key_guard_runs_after_agent_router_s_processor_and_before_rbac_and_the_rate_limit():
+    """The guard's Lua filter (order 13, core/body_guard.py) sits after the identity filters, Agent Router's
+    processor (inserted before the first lua filter) and custom_response, and before rbac and ratelimit: a body
+    it refuses is never counted, and custom_response, which rewrites only 403 (core/suspension.py), leaves its 400
+    alone."""
+    settings = validate_stack(stack_config("dev"), lambda key: (True, True)).settings
+    [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
+    guard = "envoy.filters.http.lua/envoyextensionpolicy/agent-budgets/agent-budgets-body-guard/lua/0"
+    chain = listener_chain([*listener_http_filters(*policies(1)), guard], envoy_proxy.spec["filterOrder"])
+    assert chain == [
+        JWT_AUTHN,
+        AGENT_ROUTER_FILTER,
+        CUSTOM_RESPONSE_OF_THE_BUDGET,
+        guard,
+        "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_BUDGET,
+        ROUTER,
+    ]

@@ -44,6 +44,7 @@ def stacks() -> dict[str, StackSettings]:
         "sentinel-tls-ca": parse_settings({**dev, "redis": SENTINEL, "rateLimit": {"replicas": 3}}),
         "cluster": parse_settings({**dev, "redis": CLUSTER}),
         "no-actor-metrics": parse_settings({**dev, "monitoring": {"actorMetrics": False}}),
+        "duplicate-key-guard": parse_settings({**dev, "gateway": {**dev["gateway"], "refuseDuplicateKeys": True}}),
     }
 
 
@@ -98,6 +99,7 @@ def test_the_stacks_set_every_value_the_schemas_model():
          "valueFrom", "secretKeyRef", "key"),
         ("eg", "config", "envoyGateway", "extensionManager", "hooks", "xdsTranslator", "translation", "secret",
          "includeAll"),
+        ("eg", "config", "envoyGateway", "extensionApis", "enableLua"),
         ("eg", "deployment", "pod", "annotations", pv.CONFIG_CHECKSUM_ANNOTATION),
         ("aieg", "controller", "metricsRequestHeaderAttributes"),
         ("aieg", "envoyGateway", "namespace"),

@@ -64,6 +64,8 @@ TEAM_CONFIG: dict[str, Any] = {
         "pools": [{"name": "research", "atespaces": ["research"], "limits": [{"usd": 200, "per": "Day"}]}],
     },
     "budgetPolicy": {"limitSlots": 4},
+    # The duplicate-key guard, without which a body that repeats `n` escapes the ceilings (core/ceilings.py).
+    "gateway": {"refuseDuplicateKeys": True},
     "substrate": {"egress": {"enabled": False}},
 }
 

@@ -212,7 +212,12 @@ def test_the_bounded_variant_exercises_ceilings_timeouts_and_calls_rules(catalog
         {"request": {"from": "Number", "number": 1}}
     ) == 2
     [client] = [o for o in objects if o["kind"] == "ClientTrafficPolicy"]
-    for obj in (btp, client, *[o for o in objects if o["kind"] == "AIGatewayRoute"]):
+    # The duplicate-key guard (core/body_guard.py): one Lua EnvoyExtensionPolicy on the Gateway.
+    [guard] = [o for o in objects if o["kind"] == "EnvoyExtensionPolicy"]
+    gateway = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "agent-router"}
+    assert guard["spec"]["targetRefs"] == [gateway]
+    assert [entry["type"] for entry in guard["spec"]["lua"]] == ["Inline"]
+    for obj in (btp, client, guard, *[o for o in objects if o["kind"] == "AIGatewayRoute"]):
         assert catalog.validate(obj).errors == []
 
 

@@ -34,6 +34,7 @@ def route(**changes) -> RouteFacts:
         "max_output_tokens": 1_000,
         "context_window": 8_000,
         "timeout_seconds": 60.0,
+        "duplicate_keys_refused": True,
     }
     return RouteFacts(**{**base, **changes})
 
@@ -81,6 +82,53 @@ def test_what_is_missing_is_named_by_its_key():
     assert (anthropic.missing, anthropic.tokens) == ((), 8_000), "Anthropic has no `n`: its window bounds a call"
     mock = call_bound(route(provider_kind="mock", context_window=None, max_output_tokens=None), {}, 200)
     assert (mock.tokens, mock.mills, mock.missing) == (200, None, ())
+
+
+def test_without_the_guard_a_repeated_key_escapes_the_ceiling():
+    """ai-gateway v1.1.0 writes the ceiling with sjson into the first copy of a key (internal/bodymutator/
+    body_mutator.go; sjson 13f6455 `appendRawPaths`, gjson v1.19.0 `parseObject` stops at the first match) and its
+    pass-through translators forward the rest (internal/translator/openai_openai.go, anthropic_anthropic.go). So an
+    OpenAI route has no bound (a repeated `n` asks for any number of choices), and an Anthropic route's output is
+    bounded by its window only: 8,000 output tokens at $8 = 64 mills, not 36. The mock reports a fixed usage.
+    Broken once to see it fail: with `ceiling_bypass` returning None, the OpenAI bound was 8,000 tokens."""
+    openai = call_bound(route(duplicate_keys_refused=False), PRICES, 200)
+    assert (openai.tokens, openai.mills, openai.missing) == (None, None, ("gateway.refuseDuplicateKeys",))
+    assert openai.bypass == (
+        "routes[0] (gpt): a body that repeats n or max_completion_tokens keeps its own last copy (the ceiling is "
+        "written into the first): no bound (set gateway.refuseDuplicateKeys)"
+    )
+    unset = call_bound(route(duplicate_keys_refused=False, max_output_tokens=None), PRICES, 200)
+    assert (unset.missing, unset.bypass) == (("routes[0].maxOutputTokens", "gateway.refuseDuplicateKeys"), None)
+    anthropic = call_bound(route(provider_kind="anthropic", duplicate_keys_refused=False), PRICES, 200)
+    flat = ModelPrice.of(input=4, output=8)
+    assert (anthropic.tokens, anthropic.tokens_of("output"), anthropic.missing) == (8_000, 8_000, ())
+    assert anthropic.mills == call_cost_mills(flat, Usage(input_tokens=0, output_tokens=8_000)) == 64
+    assert anthropic.bypass == (
+        "routes[0] (gpt): a body that repeats max_tokens keeps its own last copy (the ceiling is written into the "
+        "first): output up to routes[0].contextWindow (set gateway.refuseDuplicateKeys)"
+    )
+    guarded = call_bound(route(provider_kind="anthropic"), PRICES, 200)
+    assert (guarded.tokens_of("output"), guarded.mills, guarded.bypass) == (1_000, 36, None)
+    mock = call_bound(route(provider_kind="mock", duplicate_keys_refused=False), {}, 200)
+    assert (mock.tokens, mock.missing, mock.bypass) == (200, (), None)
+
+
+def test_each_key_to_set_is_named_once_and_each_bypassed_route_is_named():
+    rules = compile_rules(
+        spec("default", LimitSpec("tokens", 500, "Day"), LimitSpec("calls", 5, "Minute")),
+        [],
+        exclusion_slots=1,
+        limit_slots=2,
+    )
+    bounds = [
+        call_bound(route(duplicate_keys_refused=False), PRICES, 200),
+        call_bound(route(key="routes[1]", name="mini", duplicate_keys_refused=False), PRICES, 200),
+    ]
+    [case] = worst_cases(rules, bounds, 0.1)
+    output = case.to_output()
+    assert (output["worst"], output["unbounded"]) == (None, "set gateway.refuseDuplicateKeys")
+    assert output["ceilingBypass"].count("keeps its own last copy") == 2
+    assert output["ceilingBypass"].startswith("routes[0] (gpt): ") and "; routes[1] (mini): " in output["ceilingBypass"]
 
 
 @pytest.mark.parametrize(
@@ -158,6 +206,7 @@ def test_the_bound_is_the_smaller_of_the_two_counts():
         "callsPerWindow": 125,
         "worst": 90_000,
         "unbounded": None,
+        "ceilingBypass": None,
     }
 
 
@@ -219,6 +268,7 @@ def test_a_route_with_an_override_is_priced_at_the_override_s_price():
                 }
             ],
             "prices": {"cheap-alias": {"input": 0.1, "output": 0.1}, "dear-model": {"input": 10, "output": 100}},
+            "gateway": {"refuseDuplicateKeys": True},
             "substrate": {"egress": {"enabled": False}},
         },
         lambda key: (True, True),

@@ -82,6 +82,15 @@ class GatewaySettings(ConfigModel):
     )
     # kind nodes are small: drop the proxy's default resource requests there.
     small_cluster: bool = Field(default=False, description="Drop the Envoy proxy's resource requests (for kind).")
+    refuse_duplicate_keys: bool = Field(
+        default=False,
+        description=(
+            "Refuse (400) a JSON request body whose top-level object repeats a key, or spells one with an escape or "
+            "a byte outside printable ASCII: a Lua EnvoyExtensionPolicy on the Gateway, which needs Envoy Gateway's "
+            "`extensionApis.enableLua` (set in our Helm values). Without it a body that repeats `max_tokens`, "
+            "`max_completion_tokens` or `n` escapes `routes[].maxOutputTokens`."
+        ),
+    )
 
     @field_validator("namespace")
     @classmethod

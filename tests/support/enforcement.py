@@ -481,6 +481,8 @@ BOUNDED_STACK: dict[str, Any] = {
         "gpt-x": {"input": 2, "cachedInput": 0.5, "output": 40},
         "gpt-y": {"input": 2, "cachedInput": 0.5, "output": 40},
     },
+    # The duplicate-key guard, without which a body that repeats `n` escapes the OpenAI route's ceiling.
+    "gateway": {"refuseDuplicateKeys": True},
     "substrate": {"egress": {"enabled": False}},
 }
 

@@ -186,7 +186,7 @@ ENVOY_GATEWAY_CONFIG_SCHEMA: dict[str, Any] = fields(
         "extensionManager": EXTENSION_MANAGER,
         "extensionApis": fields(
             ("enableEnvoyPatchPolicy", "enableBackend", "disableLua", "enableLua", "enableSDSSecretRef"),
-            {"enableEnvoyPatchPolicy": _BOOL, "enableBackend": _BOOL},
+            {"enableEnvoyPatchPolicy": _BOOL, "enableBackend": _BOOL, "enableLua": _BOOL},
         ),
     },
 )  # fmt: skip
