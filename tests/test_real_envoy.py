@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
+from core.body_guard import REFUSED_BODY as DUPLICATE_KEY_BODY
 from core.identity import actor_header_value
 from core.ratelimit_model import PolicyModel
 from core.suspension import REFUSED_BODY, SERVICE_ACCOUNT_TOKEN_REFUSED_BODY, one_actor_id_rule
+from tests.support.budgets import classes_layout
 from tests.support.ci import skip_or_fail
 from tests.support.egctl import Translation, translate
 from tests.support.gateway_auth import API_KEY_REFUSED, JWT_MISSED, answer
@@ -396,3 +398,56 @@ def test_the_gateway_model_answers_as_the_real_envoy(rig_run, envoy, recorded):
             "%RESPONSE_CODE_DETAILS%", "jwt_authn_access_denied{Audiences_in_Jwt_are_not_allowed}"
         )
         assert (modelled.status, modelled_body) == (real.status, real_body), case
+
+
+# --- hole 2: a repeated key cannot carry a second value past the ceiling -----------------------------------------
+
+
+def test_a_body_repeating_a_capped_key_is_refused_by_the_translated_guard(envoy, recorded):
+    """gateway.refuseDuplicateKeys (on in the rig stack): Envoy Gateway's translation of the Lua
+    EnvoyExtensionPolicy (internal/xds/translator/lua.go) runs in Envoy after the identity filters and before RBAC and
+    the rate limit, and answers 400 to a body whose top level repeats a key, so `max_completion_tokens` and `n` keep
+    the one value the ceiling writes. The same call with each key once reaches the model."""
+    upstream, _ = recorded
+    token = bearer(actor_token("agents/actor-a"))
+    repeated = b'{"model":"mock-small","max_completion_tokens":1,"max_completion_tokens":100000,"n":1,"n":8}'
+    reply = envoy.call(HTTP, headers=[token, MODEL], body=repeated)
+    assert (reply.status, reply.body) == (400, DUPLICATE_KEY_BODY)
+    assert upstream.received == []
+    once = envoy.call(HTTP, headers=[token, MODEL], body=b'{"model":"mock-small","max_completion_tokens":1,"n":1}')
+    assert once.status == 200
+    assert [r.body for r in upstream.received] == [b'{"model":"mock-small","max_completion_tokens":1,"n":1}']
+
+
+def test_a_ten_thousand_actor_layout_is_charged_as_the_model_predicts(services):
+    """The differential test above at scale: 10,000 Substrate actors, a tenth of them in 250 classes with 255
+    exclusion slots (the layout `make bench` sizes stacks with, tests/support/budgets.py `classes_layout`), translated
+    by egctl and served by the real Envoy. For a sample of actors (the first and last member of every 25th class,
+    unlisted-in-a-class actors, the first and last actor) the descriptors Envoy sends are the ones
+    core/ratelimit_model.py predicts: the escaped, anchored alternations Envoy's RE2 matches are the model's."""
+    config = copy.deepcopy(stack_config("rig"))
+    ids = [f"agents/agent-{i:05d}" for i in range(10_000)]
+    config["actors"] = ids
+    config["suspended"] = []
+    config["budgets"] = classes_layout(ids, 250, 0.1, default_tokens=500, class_tokens=1000)
+    config["budgetPolicy"] = {"exclusionSlots": 255}
+    config["identity"] = {"sources": ["substrate"]}
+    run = run_program(config)
+    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    assert translation.refusals() == []
+    policy = plain(run.one("BackendTrafficPolicy").inputs)
+    rules = policy["spec"]["rateLimit"]["global"]["rules"]
+    model = PolicyModel(NAMESPACE, policy["metadata"]["name"], rules)
+    classes = config["budgets"]["classes"]
+    sample = [ids[0], ids[-1], ids[5_000], ids[9_999 - 37]]
+    sample += [member for entry in classes[::25] for member in (entry["actors"][0], entry["actors"][-1])]
+    _, rate_limit = services
+    with _envoy(translation, services) as envoy:
+        for actor in sample:
+            rate_limit.clear()
+            reply = envoy.call(HTTP, headers=[bearer(actor_token(actor)), MODEL])
+            assert reply.status == 200, (actor, reply.body)
+            sent = {(asked.domain, entries) for asked in rate_limit.asked for entries in asked.entries()}
+            predicted = {(applied.domain, applied.entries) for applied in model.for_actor(actor_header_value(actor))}
+            assert sent == predicted, actor
+            assert len(predicted) == 1, "each actor falls in exactly one rule"

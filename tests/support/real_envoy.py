@@ -282,8 +282,12 @@ class EnvoyUnderTest:
         headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
         body: Any = None,
     ) -> Reply:
-        """One POST with these headers, repeated names sent as repeated header lines (as a client may)."""
-        data = json.dumps(body if body is not None else {"model": "mock-small", "messages": []}).encode()
+        """One POST with these headers, repeated names sent as repeated header lines (as a client may); `body` is
+        sent as JSON, or as it is when it is bytes (a body no JSON encoder writes: a repeated key)."""
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = json.dumps(body if body is not None else {"model": "mock-small", "messages": []}).encode()
         connection = http.client.HTTPConnection("127.0.0.1", self.ports[listener], timeout=10)
         try:
             connection.putrequest("POST", path)
