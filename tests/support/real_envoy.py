@@ -7,6 +7,10 @@ changes and nothing else:
 
 * each Gateway listener binds `127.0.0.1:<free port>` instead of `0.0.0.0:<10000 + port>`;
 * its connection manager holds its route configuration inline (`route_config`) instead of fetching it (`rds`);
+* each rate-limit filter waits up to `RATE_LIMIT_TIMEOUT` for its answer instead of Envoy's default 20 ms (Envoy
+  Gateway sets none: envoy api/envoy/extensions/filters/http/ratelimit/v3/rate_limit.proto `timeout`), since the
+  stand-in service is a Python process sharing two cores with the test run, and a late answer would let the call
+  through unasked (the filter fails open on a timeout), which is not what a test of the descriptors wants;
 * every upstream cluster is one static endpoint, `RecordingUpstream` (a stand-in for the model that records what
   reached it), and `ratelimit_cluster`, which Envoy Gateway adds when global rate limiting is on, is
   `RecordingRateLimitService` (a stand-in for envoyproxy/ratelimit that records every descriptor it is asked about
@@ -44,6 +48,8 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from tests.support.egctl import Translation
 
 READY_LISTENER_PREFIX = "envoy-gateway-proxy-ready-"
+RATE_LIMIT_FILTER_PREFIX = "envoy.filters.http.ratelimit"
+RATE_LIMIT_TIMEOUT = "10s"
 RATE_LIMIT_CLUSTER = "ratelimit_cluster"
 
 
@@ -223,6 +229,9 @@ def _inline_routes(listener: dict[str, Any], route_configs: Mapping[str, Any]) -
     for chain in chains:
         for network_filter in chain["filters"]:
             manager = network_filter.get("typedConfig", {})
+            for http_filter in manager.get("httpFilters", []):
+                if http_filter["name"].startswith(RATE_LIMIT_FILTER_PREFIX):
+                    http_filter["typedConfig"]["timeout"] = RATE_LIMIT_TIMEOUT
             rds = manager.pop("rds", None)
             if rds is not None:
                 route_config = copy.deepcopy(route_configs[rds["routeConfigName"]])
