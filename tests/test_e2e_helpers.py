@@ -2067,7 +2067,9 @@ def test_the_real_redis_tests_fail_on_ci_when_redis_server_is_missing(tmp_path):
         "def test_needs_redis(redis_db):\n    assert redis_db.port\n"
     )
     base = {key: value for key, value in os.environ.items() if key not in {"CI", "AGENT_BUDGETS_REDIS_SERVER"}}
-    base |= {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{hidden}{os.pathsep}{root}"}
+    empty = tmp_path / "no-programs"  # a PATH with nothing on it, whatever this machine has installed
+    empty.mkdir()
+    base |= {"PATH": str(empty), "PYTHONPATH": f"{hidden}{os.pathsep}{root}"}
     outcomes = {}
     for ci in (None, "true"):
         env = base if ci is None else {**base, "CI": ci}

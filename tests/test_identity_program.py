@@ -15,13 +15,19 @@ from core.budget_rules import compile_budget_rules
 from core.filter_chain import API_KEY_AUTH, CUSTOM_RESPONSE, JWT_AUTHN, listener_chain
 from core.identity import actor_header_value
 from core.ratelimit_model import PolicyModel
-from core.suspension import API_KEY_AUTH_FILTER, JWT_AUTHN_FILTER, RBAC_FILTER, listener_http_filters, one_actor_id_rule
+from core.suspension import (
+    API_KEY_AUTH_FILTER,
+    JWT_AUTHN_FILTER,
+    RBAC_FILTER,
+    SERVICE_ACCOUNT_TOKEN_REFUSED_BODY,
+    listener_http_filters,
+    one_actor_id_rule,
+)
 from core.validation import parse_settings
 from tests.support import kubernetes_schema
 from tests.support.crds import load_catalog
 from tests.support.gateway_auth import (
     API_KEY_REFUSED,
-    JWT_AUDIENCE,
     JWT_BAD_FORMAT,
     JWT_MISSED,
     JWT_UNKNOWN_ISSUER,
@@ -432,10 +438,14 @@ def test_a_service_account_token_is_refused_unless_its_source_is_on_and_it_is_li
     unlisted = answer(gateway, {"authorization": service_account(OTHER_SA)})
     assert unlisted.status == 403 and not unlisted.www_authenticate
     assert "not in agent-budgets:actors" in refusal_message(unlisted.body)
-    # A pod's default token (audience: the API server) is refused by the JWT filter for its audience (its own
-    # 403, with WWW-Authenticate), never taken for a suspension.
+    # A pod's default token (audience: the API server) is refused by the JWT filter for its audience (a 403 with
+    # WWW-Authenticate), which the override names as such, never taken for a suspension.
     default_token = answer(gateway, {"authorization": service_account(SA, audience=CLUSTER_ISSUER)})
-    assert (default_token.status, default_token.body, default_token.www_authenticate) == (403, JWT_AUDIENCE, True)
+    assert (default_token.status, default_token.body, default_token.www_authenticate) == (
+        403,
+        SERVICE_ACCOUNT_TOKEN_REFUSED_BODY,
+        True,
+    )
 
 
 def test_suspension_refuses_an_actor_of_each_source_and_only_it(suspended):

@@ -33,10 +33,12 @@ accepts the signature when its keys are that signer's (what a JWKS check decides
   and Envoy's ext_proc applies every removal before any set (envoy
   source/extensions/filters/http/ext_proc/mutation_utils.cc `applyHeaderMutations`).
 * custom_response (BackendTrafficPolicy `responseOverride`, internal/xds/translator/custom_response.go): the first
-  rule whose status (and, when given, present response headers) match rewrites a local reply's body. The
-  program's EnvoyProxy runs it after the identity filters (core/filter_chain.py); the model lets it rewrite only
-  the replies of filters after it (RBAC's), the reading docs/money-and-windows.md gives for the JWT filter's
-  own replies, which keep Envoy's body.
+  rule whose status (and, when given, present response headers) match rewrites a local reply's body, whichever
+  filter sent it and wherever custom_response sits in the chain: Envoy encodes a local reply through every
+  encoder filter of the stream (envoy source/common/http/filter_manager.cc `sendLocalReplyViaFilterChain`). Seen
+  with Envoy 1.39 on Envoy Gateway's own translation of the program (tests/test_real_envoy.py): with
+  custom_response after jwt_authn, the JWT filter's 403 for a wrong audience is rewritten. (Until 2026-12-02 this
+  model let custom_response rewrite only the replies of the filters after it; the real Envoy disagreed.)
 """
 
 from __future__ import annotations
@@ -115,16 +117,14 @@ class Listener:
     """The listener's HTTP filters in the order Envoy runs them (core.filter_chain.listener_chain)."""
 
 
-def _rewrites(listener: Listener, sender: str) -> bool:
-    """Whether custom_response sees the local reply of `sender`: it runs before it."""
-    names = list(listener.chain)
-    custom = next((i for i, name in enumerate(names) if name.startswith(CUSTOM_RESPONSE)), None)
-    sent = next((i for i, name in enumerate(names) if name.startswith(sender)), None)
-    return custom is not None and sent is not None and custom < sent
+def _rewrites(listener: Listener) -> bool:
+    """Whether the listener has a custom_response filter: it sees every local reply (module docstring)."""
+    return any(name.startswith(CUSTOM_RESPONSE) for name in listener.chain)
 
 
 def _override(listener: Listener, status: int, headers: Mapping[str, str], body: str, sender: str) -> str:
-    if not _rewrites(listener, sender):
+    del sender  # every filter's local reply passes custom_response
+    if not _rewrites(listener):
         return body
     for rule in listener.response_overrides:
         match = rule.get("match") or {}
