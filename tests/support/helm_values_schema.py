@@ -20,9 +20,11 @@ Sources, each at the version the program is validated against:
   inlined in ExtensionService, FQDNEndpoint). Envoy Gateway builds with k8s.io/api v0.36.
 * Kubernetes objects inside it (EnvVar, Volume, VolumeMount and what they hold): the field names of the
   Kubernetes OpenAPI as pulumi-kubernetes generates its typed inputs from it (`pulumi_kubernetes.core.v1`).
-* the gateway-helm chart's own values (`deployment.pod.annotations`): `charts/gateway-helm/values.tmpl.yaml`
-  and `templates/envoy-gateway-deployment.yaml` at v1.9.0; the chart reads only `config.envoyGateway` under
-  `config` (`templates/envoy-gateway-config.yaml`).
+* the gateway-helm chart's own values (`deployment.pod.annotations`): the names its templates read at v1.9.0
+  (`templates/*.yaml` and the defines of `templates/_helpers.tpl` they include; `values.tmpl.yaml` leaves out
+  `nameOverride` and `fullnameOverride`); the chart reads only `config.envoyGateway` under `config`
+  (`templates/envoy-gateway-config.yaml`). tests/test_helm_template.py holds these lists to the chart's templates
+  and renders every value admitted here with the real `helm template`.
 * Agent Router's chart values: theagentrouter/agent-router `manifests/charts/ai-gateway-helm/values.yaml`
   @38d5d582 and `templates/deployment.yaml` @5ca4be99 (which also reads `controller.maxRecvMsgSize`, a key
   values.yaml only mentions in a comment); envoyproxy/ai-gateway v1.1.0 has the same keys but `rateLimiter`
@@ -195,7 +197,9 @@ ENVOY_GATEWAY_CONFIG_SCHEMA: dict[str, Any] = fields(
 
 ENVOY_GATEWAY_VALUES_SCHEMA: dict[str, Any] = fields(
     ("global", "crds", "commonLabels", "podDisruptionBudget", "deployment", "service", "hpa", "config",
-     "createNamespace", "namespaceOverride", "kubernetesClusterDomain", "certgen", "topologyInjector"),
+     "createNamespace", "namespaceOverride", "kubernetesClusterDomain", "certgen", "topologyInjector",
+     # Read by `eg.name` and `eg.fullname` (templates/_helpers.tpl), though values.tmpl.yaml lists neither.
+     "nameOverride", "fullnameOverride"),
     {
         "config": fields(("envoyGateway",), {"envoyGateway": ENVOY_GATEWAY_CONFIG_SCHEMA}),
         "deployment": fields(
