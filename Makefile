@@ -94,7 +94,7 @@ up: $(STAMP)
 	IDENTITY=kubernetes bash scripts/up.sh kind-cluster         # kind cluster agent-budgets-kubernetes (no feature gates) + registry localhost:5001
 	IDENTITY=kubernetes bash scripts/up.sh probe-image          # build the probe agent image, push it to the kind registry
 	IDENTITY=kubernetes bash scripts/up.sh pulumi-stack         # pulumi login file://<project>/.state; select or create stack dev-kubernetes
-	IDENTITY=kubernetes bash scripts/up.sh pulumi-up            # pulumi up --yes --refresh; restart envoy-ratelimit
+	IDENTITY=kubernetes bash scripts/up.sh pulumi-up            # pulumi up --yes --refresh
 	IDENTITY=kubernetes bash scripts/up.sh service-account-keys # check the cluster's issuer; /openid/v1/jwks into the SecurityPolicy's ConfigMap; wait until accepted
 	IDENTITY=kubernetes bash scripts/up.sh agent-pods           # namespace agents: a probe pod per service account (projected token) and one with an API key
 	IDENTITY=kubernetes bash scripts/up.sh smoke                # each probe pod answers /readyz
@@ -108,7 +108,7 @@ up: $(STAMP)
 	bash scripts/up.sh probe-image        # build the probe agent image, push it to the kind registry
 	bash scripts/up.sh demo-actors        # worker pool, atespace agents, probe-agent template, actors (suspended)
 	bash scripts/up.sh pulumi-stack       # pulumi login file://<project>/.state; select or create stack dev; localJwks if the IdP is unusable
-	bash scripts/up.sh pulumi-up          # pulumi up --yes --refresh (creates the egress policies); restart envoy-ratelimit
+	bash scripts/up.sh pulumi-up          # pulumi up --yes --refresh (creates the egress policies)
 	bash scripts/up.sh jwks-sync          # mode localJwks only: Substrate's public keys into the SecurityPolicy's ConfigMap; wait until it is accepted
 	bash scripts/up.sh resume-actors      # resume the actors now that their egress policies exist
 	bash scripts/up.sh smoke              # each probe agent answers through atenet-router

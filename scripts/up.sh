@@ -717,15 +717,6 @@ apply_idp_trust_decision() {
   fi
 }
 
-restart_ratelimit() {
-  # The rate-limit service takes its rules over xDS; the upstream e2e restarts it after a policy change.
-  if kctl -n envoy-gateway-system get deployment envoy-ratelimit >/dev/null 2>&1; then
-    kctl -n envoy-gateway-system rollout restart deployment/envoy-ratelimit >/dev/null
-    kctl -n envoy-gateway-system rollout status deployment/envoy-ratelimit --timeout=180s >/dev/null
-    info "restarted deployment/envoy-ratelimit"
-  fi
-}
-
 step_pulumi_up() {
   step "pulumi up (stack ${PULUMI_STACK})"
   (
@@ -734,7 +725,8 @@ step_pulumi_up() {
     # recreated actor, or a cluster recreated under an old state).
     pulumi up --yes --refresh --stack "${PULUMI_STACK}" --non-interactive
   )
-  restart_ratelimit
+  # No restart of envoy-ratelimit: Envoy Gateway pushes a changed policy to it over xDS
+  # (docs/environments.md#how-long-a-change-takes).
 }
 
 # --- jwks-sync -----------------------------------------------------------------------------------

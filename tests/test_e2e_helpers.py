@@ -751,6 +751,79 @@ def test_kube_pure_helpers():
     assert kube.actor_state_from_json({"actors": [{"actorId": "actor-a", "status": "STATUS_RUNNING"}]}) == "RUNNING"
 
 
+# Two lines of a real `/rlconfig` (scripts/measure_budget_propagation.py against envoyproxy/ratelimit 3fb70258 and
+# Envoy Gateway v1.9.0, the dev stack's default rule, its key shortened), and a second domain.
+RLCONFIG = (
+    "agent-budgets/agent-budgets.agent-budgets/agent-budgets/rule/0_agent-budgets/agent-budgets/rule/0."
+    "rule-0-match-0.rule-0-match-1_rule-0-match-1: unit=DAY requests_per_unit=500, shadow_mode: false, "
+    "quota_mode: false\n"
+    "envoy-gateway-system/agent-router/http.httproute/x/rule/0/match/0/*_httproute/x/rule/0/match/0/*: "
+    "unit=HOUR requests_per_unit=7, shadow_mode: false, quota_mode: false\n"
+)
+
+
+def test_rate_limit_settle_reads_what_each_pod_holds():
+    """A budget change needs no restart of envoy-ratelimit: Envoy Gateway pushes the new rules over xDS
+    (envoyproxy/gateway v1.9.0 internal/globalratelimit/runner/runner.go) and the service swaps them in
+    (envoyproxy/ratelimit src/service/ratelimit.go `SetConfig`); the e2e checks wait until every pod's `/rlconfig`
+    (src/service_cmd/runner/runner.go, line format src/config/config_impl.go `dump`) holds the policy's limits,
+    units upper-cased as Envoy Gateway sends them (internal/xds/translator/ratelimit.go). Broken once by comparing
+    the unit as the policy spells it (`Day`): the `policy_limits` assertion failed."""
+    assert kube.rlconfig_limits(RLCONFIG) == {(500, "DAY"), (7, "HOUR")}
+    assert kube.rlconfig_limits("") == set()
+    policy = {
+        "spec": {
+            "rateLimit": {
+                "global": {
+                    "rules": [{"limit": {"requests": 500, "unit": "Day"}}, {"limit": {"requests": 7, "unit": "Hour"}}]
+                }
+            }
+        }
+    }
+    assert kube.policy_limits(policy) == {(500, "DAY"), (7, "HOUR")}
+    assert kube.policy_limits({"spec": {}}) == set()
+
+    held = {"rl-a": "", "rl-b": RLCONFIG.replace("500", "700")}  # rl-a not answering yet, rl-b on a newer policy
+    reads = []
+
+    def handler(argv, stdin):
+        if "pods" in argv:
+            pod = {"metadata": {"name": ""}, "status": {"phase": "Running"}}
+            items = [
+                {**pod, "metadata": {"name": "rl-a"}},
+                {**pod, "metadata": {"name": "rl-b"}},
+                {**pod, "metadata": {"name": "rl-old", "deletionTimestamp": "2026-12-02T00:00:00Z"}},
+                {**pod, "metadata": {"name": "rl-pending"}, "status": {"phase": "Pending"}},
+            ]
+            assert argv[argv.index("-l") + 1] == "app.kubernetes.io/name=envoy-ratelimit"
+            return 0, json.dumps({"items": items})
+        path = argv[argv.index("--raw") + 1]
+        pod = path.split("/pods/")[1].split(":")[0]
+        assert path == f"/api/v1/namespaces/envoy-gateway-system/pods/{pod}:6070/proxy/rlconfig"
+        reads.append(pod)
+        return (0, held[pod]) if held[pod] else (1, "", "error trying to reach service")
+
+    k = kube.Kube(FakeRunner(handler), "ctx")
+    now = [0.0]
+    waited = k.wait_rate_limits_loaded(
+        "envoy-gateway-system",
+        "app.kubernetes.io/name=envoy-ratelimit",
+        {(500, "DAY"), (7, "HOUR")},
+        timeout=3.0,
+        sleep=lambda seconds: now.__setitem__(0, now[0] + seconds),
+        clock=lambda: now[0],
+    )
+    assert waited == {"rl-a": set(), "rl-b": {(700, "DAY"), (7, "HOUR")}}
+    assert set(reads) == {"rl-a", "rl-b"}, "terminating and pending pods are not read"
+    held.update({"rl-a": RLCONFIG, "rl-b": RLCONFIG})
+    assert (
+        k.wait_rate_limits_loaded(
+            "envoy-gateway-system", "app.kubernetes.io/name=envoy-ratelimit", {(500, "DAY"), (7, "HOUR")}, timeout=0
+        )
+        == {}
+    )
+
+
 def test_kube_commands():
     def handler(argv, stdin):
         if argv[1:4] == ["config", "get-contexts", "-o"]:

@@ -26,7 +26,6 @@ from core.manifests import (
     MOCK_MODEL_NAME,
     MOCK_MODEL_PORT,
 )
-from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME
 from core.settings import (
     ENVOY_GATEWAY_NAMESPACE,
     GATEWAY_HOSTNAME,
@@ -92,7 +91,6 @@ class Settings:
     gateway_service: str = GATEWAY_SERVICE_NAME
     gateway_port: int = _GATEWAY.port
     gateway_host: str = GATEWAY_HOSTNAME
-    ratelimit_deployment: str = RATELIMIT_CONTAINER_NAME
     policy_namespace: str = _GATEWAY.namespace
     policy_name: str = BUDGET_POLICY_NAME
     jwt_policy_name: str = JWT_POLICY_NAME

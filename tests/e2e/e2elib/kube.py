@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -42,6 +43,26 @@ def policy_is_accepted(doc: Mapping[str, Any]) -> bool:
         if generation is not None and observed is not None and observed < generation:
             return False
     return True
+
+
+RLCONFIG_LIMIT = re.compile(r"^\S+: unit=(\w+) requests_per_unit=(\d+),", re.MULTILINE)
+RATELIMIT_DEBUG_PORT = 6070
+"""envoyproxy/ratelimit's debug listener (src/settings/settings.go `DEBUG_PORT`, on every address by default); its
+`/rlconfig` prints the configuration the service holds (src/service_cmd/runner/runner.go)."""
+
+
+def rlconfig_limits(text: str) -> set[tuple[int, str]]:
+    """(requests per unit, unit) of every limit in a `/rlconfig` dump: one line a limit, `<full key>: unit=DAY
+    requests_per_unit=500, shadow_mode: ...` (envoyproxy/ratelimit src/config/config_impl.go `dump`)."""
+    return {(int(limit), unit) for unit, limit in RLCONFIG_LIMIT.findall(text)}
+
+
+def policy_limits(doc: Mapping[str, Any]) -> set[tuple[int, str]]:
+    """(requests, unit) of every global rule of a BackendTrafficPolicy, as ratelimit prints them: Envoy Gateway
+    sends the unit upper-cased (envoyproxy/gateway v1.9.0 internal/xds/translator/ratelimit.go
+    `buildRateLimitServiceDescriptors`)."""
+    rules = (((doc.get("spec") or {}).get("rateLimit") or {}).get("global") or {}).get("rules") or []
+    return {(int(rule["limit"]["requests"]), str(rule["limit"]["unit"]).upper()) for rule in rules}
 
 
 def actor_state_from_json(doc: Any) -> str:
@@ -118,10 +139,6 @@ class Kube:
         )
         return check(result, f"kubectl logs -l {selector}").stdout
 
-    def rollout_restart(self, namespace: str, deployment: str, timeout: float = 180.0) -> None:
-        check(self.run("-n", namespace, "rollout", "restart", f"deployment/{deployment}"), "rollout restart")
-        self.rollout_status(namespace, deployment, timeout)
-
     def rollout_status(self, namespace: str, deployment: str, timeout: float = 180.0) -> None:
         """Waits for the deployment's rollout to finish."""
         check(
@@ -169,6 +186,41 @@ class Kube:
             if clock() >= deadline:
                 return False
             sleep(2.0)
+
+    def rate_limit_configs(self, namespace: str, selector: str, port: int = RATELIMIT_DEBUG_PORT) -> dict[str, str]:
+        """Each running rate-limit pod's `/rlconfig`, read through the API server's pod proxy (the image has no
+        shell); a pod that does not answer maps to ""."""
+        pods = self.json("-n", namespace, "get", "pods", "-l", selector, timeout=20)
+        found = {}
+        for pod in pods.get("items") or []:
+            name = pod["metadata"]["name"]
+            if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/rlconfig"
+            result = self.run("get", "--raw", path, timeout=20)
+            found[name] = result.stdout if result.ok else ""
+        return found
+
+    def wait_rate_limits_loaded(
+        self,
+        namespace: str,
+        selector: str,
+        expected: set[tuple[int, str]],
+        timeout: float = 120.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> dict[str, set[tuple[int, str]]]:
+        """Wait until every running rate-limit pod holds exactly the `expected` limits (Envoy Gateway pushes a
+        policy change to them over xDS; nothing restarts them). Returns {} when they do, else what each pod held
+        at the deadline."""
+        deadline = clock() + timeout
+        while True:
+            held = {pod: rlconfig_limits(text) for pod, text in self.rate_limit_configs(namespace, selector).items()}
+            if held and all(limits == expected for limits in held.values()):
+                return {}
+            if clock() >= deadline:
+                return held
+            sleep(1.0)
 
 
 class Ate:
