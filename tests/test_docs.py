@@ -5,7 +5,9 @@ README.md, CHANGELOG.md and docs/**/*.md must name a file or folder that exists,
 must name a heading of its target, slugged the way GitHub renders them: lowercase, every character
 dropped but letters, digits, `-`, `_` and spaces, each space made `-`, and a repeated slug suffixed
 `-1`, `-2`, ... (GitHub's table-of-contents filter; github-slugger does the same).
-Every page of the manual is listed in its index, docs/README.md.
+Every page of the manual is listed in its index, docs/README.md. Every file of this repository that a page, a
+requirements file, pyproject.toml or a stack file names exists, and every sentence that says which keys are
+required names the ones the pydantic settings require (core/settings/).
 """
 
 from __future__ import annotations
@@ -179,6 +181,102 @@ def test_the_changelog_has_an_unreleased_section():
     sections = re.findall(r"^### (\w+)", text.split("## [Unreleased]", 1)[1].split("\n## ", 1)[0], re.MULTILINE)
     allowed = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
     assert sections and set(sections) <= allowed, f"Keep a Changelog section names only, got {sections}"
+
+
+# Paths of this repository's own folders as the pages, the stack and project files and the requirements name them
+# (`tests/test_spend_cli.py`); an upstream path (`internal/xds/...`) starts elsewhere and is not checked.
+_OWN_PATH = re.compile(
+    r"(?<![\w./<>-])((?:agent_budgets|components|core|docs|mock_model|plugin|policy|probe|scripts|tests|tools)/"
+    r"[\w./-]*?\.(?:py|md|sh|ya?ml|txt|json|env|sha256|toml|tmpl))(?![\w/-]|\.\w)"
+)
+# Top-level files named without a folder (`Pulumi.prod.yaml`, `requirements-dev.txt`).
+_OWN_FILE = re.compile(
+    r"(?<![\w./<>-])((?:README|CHANGELOG|pyproject|requirements[\w-]*|Pulumi[\w.-]*)\.(?:md|yaml|txt|toml))"
+    r"(?![\w/-]|\.\w)"
+)
+# Placeholders, not files: the development guide's "run one file" example.
+_PLACEHOLDER_PATHS = frozenset({"tests/test_x.py"})
+
+
+def files_that_name_files(root: Path = ROOT) -> list[Path]:
+    """The pages, the requirements, pyproject.toml and the project and stack files."""
+    named = [
+        *documentation_files(root),
+        *sorted(root.glob("requirements*.txt")),
+        root / "policy" / "requirements.txt",
+        root / "pyproject.toml",
+        *sorted(root.glob("Pulumi*.yaml")),
+    ]
+    return [path for path in named if path.is_file()]
+
+
+def missing_files(paths: list[Path], root: Path) -> list[str]:
+    """`page:line: name` for every file of this repository a page names that does not exist."""
+    basenames = {path.name for path in root.rglob("*") if "venv" not in path.parts and ".git" not in path.parts}
+    problems = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for pattern, exists in (
+            (_OWN_PATH, lambda name: (root / name).exists() or name in _PLACEHOLDER_PATHS),
+            (_OWN_FILE, lambda name: (root / name).exists() or name in basenames),
+        ):
+            for match in pattern.finditer(text):
+                if not exists(match.group(1)):
+                    line = text.count("\n", 0, match.start()) + 1
+                    problems.append(f"{path.relative_to(root)}:{line}: {match.group(1)}")
+    return problems
+
+
+def test_every_file_the_pages_and_requirements_name_exists():
+    """requirements-dev.txt once named tests/test_config_fuzz.py, which was never written."""
+    problems = missing_files(files_that_name_files(), ROOT)
+    assert problems == [], "files named but missing:\n" + "\n".join(problems)
+
+
+def test_the_file_checker_finds_a_missing_file_and_skips_upstream_paths(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_real.py").write_text("", encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run tests/test_real.py and tests/test_gone.py. Upstream: internal/xds/translator/ratelimit.go,\n"
+        "cmd/ate-setup/README.md; the stack file Pulumi.gone.yaml; a template scripts/x.yaml.tmpl.\n",
+        encoding="utf-8",
+    )
+    assert missing_files([page], tmp_path) == [
+        "page.md:1: tests/test_gone.py",
+        "page.md:2: scripts/x.yaml.tmpl",
+        "page.md:2: Pulumi.gone.yaml",
+    ]
+
+
+def _required_keys() -> set[str]:
+    from core.settings import StackSettings
+
+    return {field.alias or name for name, field in StackSettings.model_fields.items() if field.is_required()}
+
+
+def test_every_statement_of_the_required_keys_names_what_the_settings_require():
+    """Three pages once disagreed (`budgets`; `budgets` and a non-empty `actors`). The statements are found by
+    their wording, "Only ... is/are required", and must name exactly the keys the pydantic model requires."""
+    required = _required_keys()
+    statements = []
+    for path in documentation_files():
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for match in re.finditer(r"\bOnly ((?:[^.]*?)) (?:is|are) required\b", text):
+            named = {key.removeprefix("agent-budgets:") for key in re.findall(r"`([^`]+)`", match.group(1))}
+            statements.append((path.relative_to(ROOT).as_posix(), named))
+    assert {page for page, _ in statements} >= {"docs/configuration.md", "docs/use-from-your-program.md"}
+    assert [(page, named) for page, named in statements if named != required] == [], f"the model requires {required}"
+
+
+def test_the_reference_and_the_component_require_the_same_keys():
+    from agent_budgets.package import package_schema
+
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    top_level_required = set(re.findall(r"^\| `(\w+)` \| [^|]+ \| required \|", reference, re.MULTILINE))
+    assert top_level_required == _required_keys()
+    resource = package_schema()["resources"]["agent-budgets:index:AgentBudgets"]
+    assert set(resource["requiredInputs"]) == _required_keys()
 
 
 # ---------------------------------------------------------------------------------------------------------
