@@ -279,6 +279,22 @@ def test_the_reference_and_the_component_require_the_same_keys():
     assert set(resource["requiredInputs"]) == _required_keys()
 
 
+# Terms the pages once used without defining them (issue 32); the glossary defines each, in bold.
+GLOSSARY_TERMS = ("Actor", "Atespace", "Sandbox", "Egress gateway", "Egress policy", "Identity source", "`x-actor-id`")
+
+
+def test_the_glossary_defines_the_terms_the_pages_use_undefined():
+    index = (ROOT / "docs" / "README.md").read_text(encoding="utf-8")
+    assert "\n## Glossary\n" in index
+    glossary = index.split("\n## Glossary\n", 1)[1]
+    defined = re.findall(r"^- \*\*([^*]+)\*\*", glossary, re.MULTILINE)
+    missing = [term for term in GLOSSARY_TERMS if not any(entry.startswith(term) for entry in defined)]
+    assert missing == []
+    # "The example write-up" was a source outside the repository that no reader can open.
+    offenders = [p.name for p in documentation_files() if "write-up" in p.read_text(encoding="utf-8").lower()]
+    assert offenders == []
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The checker itself: it must catch what it claims to.
 
