@@ -183,6 +183,23 @@ def test_the_changelog_has_an_unreleased_section():
     assert sections and set(sections) <= allowed, f"Keep a Changelog section names only, got {sections}"
 
 
+def test_the_changelog_is_grouped_into_versions_each_with_its_upgrade_notes():
+    """Unreleased on top, then each version newest first, the newest being agent_budgets/version.py's (the version
+    is raised when a release is cut); every version says how to upgrade to it before its first section."""
+    from agent_budgets.version import VERSION
+
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.MULTILINE)
+    assert len(headings) == len(re.findall(r"^## ", text, re.MULTILINE)), "a version heading is malformed"
+    assert headings[0] == ("Unreleased", "")
+    released = [name for name, _ in headings[1:]]
+    assert released and released[0] == VERSION, f"newest release {released[:1]}, version.py says {VERSION}"
+    assert released == sorted(released, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+    for name, body in zip([n for n, _ in headings], re.split(r"^## .*$", text, flags=re.MULTILINE)[1:], strict=True):
+        intro = body.split("\n### ", 1)[0]
+        assert re.search(r"^\*\*Upgrading (?:from|to) ", intro, re.MULTILINE), f"[{name}] has no upgrade notes"
+
+
 # Paths of this repository's own folders as the pages, the stack and project files and the requirements name them
 # (`tests/test_spend_cli.py`); an upstream path (`internal/xds/...`) starts elsewhere and is not checked.
 _OWN_PATH = re.compile(
