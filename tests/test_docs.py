@@ -312,6 +312,64 @@ def test_the_glossary_defines_the_terms_the_pages_use_undefined():
     assert offenders == []
 
 
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+_COUNTED = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b[^.:\n]*:\s*$", re.IGNORECASE)
+
+
+def miscounted_lists(text: str) -> list[str]:
+    """Each "... three cases:" line whose list or table that follows has another number of items."""
+    lines = text.splitlines()
+    problems = []
+    for index, line in enumerate(lines):
+        match = _COUNTED.search(line)
+        if not match:
+            continue
+        rest = lines[index + 1 :]
+        while rest and not rest[0].strip():
+            rest = rest[1:]
+        if rest and rest[0].startswith("- "):
+            # Items, their indented continuation (code blocks with blank lines in them too), until other text.
+            block = []
+            for item in rest:
+                if item.strip() and not item.startswith(("- ", " ")):
+                    break
+                block.append(item)
+            found = sum(1 for item in block if item.startswith("- "))
+        elif rest and rest[0].startswith("|"):
+            found = len([item for item in rest[: rest.index("")] if item]) - 2 if "" in rest else len(rest) - 2
+        else:
+            continue  # a code block or prose follows: nothing to count
+        if found != _NUMBERS[match.group(1).lower()]:
+            problems.append(f"line {index + 1}: {line.strip()!r} is followed by {found} items")
+    return problems
+
+
+def test_a_counted_list_has_as_many_items_as_it_says():
+    """troubleshooting.md once said "Two causes:" over three."""
+    problems = [f"{p.relative_to(ROOT)} {x}" for p in documentation_files() for x in miscounted_lists(p.read_text())]
+    assert problems == []
+
+
+def test_the_list_counter_catches_a_wrong_count():
+    assert miscounted_lists("Two causes:\n\n- a\n- b\n  more b\n- c\n") == [
+        "line 1: 'Two causes:' is followed by 3 items"
+    ]
+    assert miscounted_lists("three ways:\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |\n| 5 | 6 |\n") == []
+    assert miscounted_lists("three mistakes:\n\n```yaml\nx: 1\n```\n") == []
+
+
+def test_what_applies_to_classes_is_said_of_pools_too():
+    """Pools share the classes' layout (after them, core/budget_rules.py), so what restarts or alerts for every
+    class does so for every pool: a sentence about every class's rules, counters or alerts must name pools."""
+    offenders = []
+    for path in documentation_files():
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=[.;|])\s", text):
+            if re.search(r"every class's|the default and each class", sentence) and "pool" not in sentence:
+                offenders.append(f"{path.relative_to(ROOT)}: {sentence[:120]}")
+    assert offenders == []
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The checker itself: it must catch what it claims to.
 
