@@ -118,6 +118,24 @@ _VALUE_PREFIXES: dict[SourceName, str] = {
 _SEPARATORS: dict[SourceName, str] = {SUBSTRATE: "/", KUBERNETES: ":", API_KEYS: ""}
 
 
+_PLACEHOLDER_GROUPS: dict[SourceName, str] = {SUBSTRATE: "<atespace>", KUBERNETES: "<namespace>", API_KEYS: ""}
+
+
+def placeholder_ref(source: SourceName) -> ActorRef:
+    """An actor of `source` with `<placeholders>` for its parts: how the pages and help texts spell each form."""
+    return ActorRef(source, _PLACEHOLDER_GROUPS[source], "<name>")
+
+
+def listed_forms() -> str:
+    """Every source's form in `agent-budgets:actors`, in source order: `<atespace>/<name>`, ..."""
+    return ", ".join(f"`{placeholder_ref(source).actor_id}`" for source in SOURCES)
+
+
+def header_forms() -> str:
+    """Every source's `x-actor-id` value, in source order: `actor/<atespace>/<name>`, ..."""
+    return ", ".join(f"`{placeholder_ref(source).header_value}`" for source in SOURCES)
+
+
 def _substrate(text: str) -> ActorRef | None:
     if LABEL_PAIR.fullmatch(text):
         atespace, name = text.split("/")

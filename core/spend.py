@@ -44,7 +44,7 @@ from core.budget_rules import (
     LimitSpec,
     Unit,
 )
-from core.identity import actor_header_value, parse_header_value
+from core.identity import actor_header_value, header_forms, listed_forms, parse_header_value
 from core.money import mills_to_usd
 from core.ratelimit_model import AppliedRule, PolicyModel
 from core.settings import TokenKind
@@ -481,8 +481,9 @@ def render_table(report: SpendReport) -> str:
 
 # Field → meaning of every row in `--json`; docs/spend.md shows this table (a test keeps them equal).
 JSON_ROW_FIELDS: dict[str, str] = {
-    "actor": "the actor, `<atespace>/<name>` as in `agent-budgets:actors`; null on a pool's row",
-    "subject": "its JWT subject and `x-actor-id` value, `actor/<atespace>/<name>`; null on a pool's row",
+    "actor": f"the actor as `agent-budgets:actors` writes it ({listed_forms()}); null on a pool's row",
+    "subject": f"its `x-actor-id` value ({header_forms()}: the JWT subject of a Substrate actor or a service "
+    "account, the client id of an API key); null on a pool's row",
     "budget": "`default`, the name of the class that holds it, or `pool:<name>` on a pool's row",
     "rule": "index of the rule in the budget policy that counts this limit",
     "limit_index": "position of the limit in its budget's (or pool's) `limits` (0 for the short form)",

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core import spend  # noqa: E402
+from core.identity import SOURCE_TITLES, SOURCES, actor_header_value  # noqa: E402
 from core.manifests import BUDGET_POLICY_NAME  # noqa: E402
 from scripts import doc_blocks  # noqa: E402
 from tools.spend import cli  # noqa: E402
@@ -113,6 +114,26 @@ def field_table(fields: dict[str, str], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# One actor of each identity source, as the dev stacks name them (Pulumi.dev.yaml, Pulumi.dev-kubernetes.yaml).
+EXAMPLE_ACTORS = {
+    "substrate": "agents/actor-a",
+    "kubernetes": "serviceaccount:agents/actor-a",
+    "apiKeys": "apikey:actor-key",
+}
+
+
+def actor_id_table() -> str:
+    """Each identity source's actor as the stack and the report's `actor` write it, and the `x-actor-id` value its
+    calls carry: the report's `subject` and the metrics' `actor_id` label."""
+    assert set(EXAMPLE_ACTORS) == set(SOURCES), "an identity source has no example actor"
+    lines = ["| identity source | `actor` (as in `agent-budgets:actors`) | `subject`, `x-actor-id` and `actor_id` |"]
+    lines.append("| --- | --- | --- |")
+    for source in SOURCES:
+        actor = EXAMPLE_ACTORS[source]
+        lines.append(f"| `{source}` ({SOURCE_TITLES[source]}) | `{actor}` | `{actor_header_value(actor)}` |")
+    return "\n".join(lines) + "\n"
+
+
 def metric_table() -> str:
     lines = ["| metric (gauge) | meaning |", "| --- | --- |"]
     lines += [f"| `{gauge.name}` | {gauge.help} |" for gauge in (*spend.PROMETHEUS_GAUGES, spend.REPORT_TIMESTAMP)]
@@ -150,6 +171,7 @@ def generate(redis_port: int, password: str, client: Any) -> dict[str, str]:
         field_table(spend.JSON_TOP_FIELDS, "field") + "\n" + field_table(spend.JSON_ROW_FIELDS, "row field")
     )
     blocks["metrics"] = metric_table()
+    blocks["actor-ids"] = actor_id_table()
     return blocks
 
 

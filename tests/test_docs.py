@@ -5,7 +5,9 @@ README.md, CHANGELOG.md and docs/**/*.md must name a file or folder that exists,
 must name a heading of its target, slugged the way GitHub renders them: lowercase, every character
 dropped but letters, digits, `-`, `_` and spaces, each space made `-`, and a repeated slug suffixed
 `-1`, `-2`, ... (GitHub's table-of-contents filter; github-slugger does the same).
-Every page of the manual is listed in its index, docs/README.md.
+Every page of the manual is listed in its index, docs/README.md. Every file of this repository that a page, a
+requirements file, pyproject.toml or a stack file names exists, and every sentence that says which keys are
+required names the ones the pydantic settings require (core/settings/).
 """
 
 from __future__ import annotations
@@ -179,6 +181,193 @@ def test_the_changelog_has_an_unreleased_section():
     sections = re.findall(r"^### (\w+)", text.split("## [Unreleased]", 1)[1].split("\n## ", 1)[0], re.MULTILINE)
     allowed = {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
     assert sections and set(sections) <= allowed, f"Keep a Changelog section names only, got {sections}"
+
+
+def test_the_changelog_is_grouped_into_versions_each_with_its_upgrade_notes():
+    """Unreleased on top, then each version newest first, the newest being agent_budgets/version.py's (the version
+    is raised when a release is cut); every version says how to upgrade to it before its first section."""
+    from agent_budgets.version import VERSION
+
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.MULTILINE)
+    assert len(headings) == len(re.findall(r"^## ", text, re.MULTILINE)), "a version heading is malformed"
+    assert headings[0] == ("Unreleased", "")
+    released = [name for name, _ in headings[1:]]
+    assert released and released[0] == VERSION, f"newest release {released[:1]}, version.py says {VERSION}"
+    assert released == sorted(released, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
+    for name, body in zip([n for n, _ in headings], re.split(r"^## .*$", text, flags=re.MULTILINE)[1:], strict=True):
+        intro = body.split("\n### ", 1)[0]
+        assert re.search(r"^\*\*Upgrading (?:from|to) ", intro, re.MULTILINE), f"[{name}] has no upgrade notes"
+
+
+# Paths of this repository's own folders as the pages, the stack and project files and the requirements name them
+# (`tests/test_spend_cli.py`); an upstream path (`internal/xds/...`) starts elsewhere and is not checked.
+_OWN_PATH = re.compile(
+    r"(?<![\w./<>-])((?:agent_budgets|components|core|docs|mock_model|plugin|policy|probe|scripts|tests|tools)/"
+    r"[\w./-]*?\.(?:py|md|sh|ya?ml|txt|json|env|sha256|toml|tmpl))(?![\w/-]|\.\w)"
+)
+# Top-level files named without a folder (`Pulumi.prod.yaml`, `requirements-dev.txt`).
+_OWN_FILE = re.compile(
+    r"(?<![\w./<>-])((?:README|CHANGELOG|pyproject|requirements[\w-]*|Pulumi[\w.-]*)\.(?:md|yaml|txt|toml))"
+    r"(?![\w/-]|\.\w)"
+)
+# Placeholders, not files: the development guide's "run one file" example.
+_PLACEHOLDER_PATHS = frozenset({"tests/test_x.py"})
+
+
+def files_that_name_files(root: Path = ROOT) -> list[Path]:
+    """The pages, the requirements, pyproject.toml and the project and stack files."""
+    named = [
+        *documentation_files(root),
+        *sorted(root.glob("requirements*.txt")),
+        root / "policy" / "requirements.txt",
+        root / "pyproject.toml",
+        *sorted(root.glob("Pulumi*.yaml")),
+    ]
+    return [path for path in named if path.is_file()]
+
+
+def missing_files(paths: list[Path], root: Path) -> list[str]:
+    """`page:line: name` for every file of this repository a page names that does not exist."""
+    basenames = {path.name for path in root.rglob("*") if "venv" not in path.parts and ".git" not in path.parts}
+    problems = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for pattern, exists in (
+            (_OWN_PATH, lambda name: (root / name).exists() or name in _PLACEHOLDER_PATHS),
+            (_OWN_FILE, lambda name: (root / name).exists() or name in basenames),
+        ):
+            for match in pattern.finditer(text):
+                if not exists(match.group(1)):
+                    line = text.count("\n", 0, match.start()) + 1
+                    problems.append(f"{path.relative_to(root)}:{line}: {match.group(1)}")
+    return problems
+
+
+def test_every_file_the_pages_and_requirements_name_exists():
+    """requirements-dev.txt once named tests/test_config_fuzz.py, which was never written."""
+    problems = missing_files(files_that_name_files(), ROOT)
+    assert problems == [], "files named but missing:\n" + "\n".join(problems)
+
+
+def test_the_file_checker_finds_a_missing_file_and_skips_upstream_paths(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_real.py").write_text("", encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Run tests/test_real.py and tests/test_gone.py. Upstream: internal/xds/translator/ratelimit.go,\n"
+        "cmd/ate-setup/README.md; the stack file Pulumi.gone.yaml; a template scripts/x.yaml.tmpl.\n",
+        encoding="utf-8",
+    )
+    assert missing_files([page], tmp_path) == [
+        "page.md:1: tests/test_gone.py",
+        "page.md:2: scripts/x.yaml.tmpl",
+        "page.md:2: Pulumi.gone.yaml",
+    ]
+
+
+def _required_keys() -> set[str]:
+    from core.settings import StackSettings
+
+    return {field.alias or name for name, field in StackSettings.model_fields.items() if field.is_required()}
+
+
+def test_every_statement_of_the_required_keys_names_what_the_settings_require():
+    """Three pages once disagreed (`budgets`; `budgets` and a non-empty `actors`). The statements are found by
+    their wording, "Only ... is/are required", and must name exactly the keys the pydantic model requires."""
+    required = _required_keys()
+    statements = []
+    for path in documentation_files():
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for match in re.finditer(r"\bOnly ((?:[^.]*?)) (?:is|are) required\b", text):
+            named = {key.removeprefix("agent-budgets:") for key in re.findall(r"`([^`]+)`", match.group(1))}
+            statements.append((path.relative_to(ROOT).as_posix(), named))
+    assert {page for page, _ in statements} >= {"docs/configuration.md", "docs/use-from-your-program.md"}
+    assert [(page, named) for page, named in statements if named != required] == [], f"the model requires {required}"
+
+
+def test_the_reference_and_the_component_require_the_same_keys():
+    from agent_budgets.package import package_schema
+
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    top_level_required = set(re.findall(r"^\| `(\w+)` \| [^|]+ \| required \|", reference, re.MULTILINE))
+    assert top_level_required == _required_keys()
+    resource = package_schema()["resources"]["agent-budgets:index:AgentBudgets"]
+    assert set(resource["requiredInputs"]) == _required_keys()
+
+
+# Terms the pages once used without defining them (issue 32); the glossary defines each, in bold.
+GLOSSARY_TERMS = ("Actor", "Atespace", "Sandbox", "Egress gateway", "Egress policy", "Identity source", "`x-actor-id`")
+
+
+def test_the_glossary_defines_the_terms_the_pages_use_undefined():
+    index = (ROOT / "docs" / "README.md").read_text(encoding="utf-8")
+    assert "\n## Glossary\n" in index
+    glossary = index.split("\n## Glossary\n", 1)[1]
+    defined = re.findall(r"^- \*\*([^*]+)\*\*", glossary, re.MULTILINE)
+    missing = [term for term in GLOSSARY_TERMS if not any(entry.startswith(term) for entry in defined)]
+    assert missing == []
+    # "The example write-up" was a source outside the repository that no reader can open.
+    offenders = [p.name for p in documentation_files() if "write-up" in p.read_text(encoding="utf-8").lower()]
+    assert offenders == []
+
+
+_NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+_COUNTED = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b[^.:\n]*:\s*$", re.IGNORECASE)
+
+
+def miscounted_lists(text: str) -> list[str]:
+    """Each "... three cases:" line whose list or table that follows has another number of items."""
+    lines = text.splitlines()
+    problems = []
+    for index, line in enumerate(lines):
+        match = _COUNTED.search(line)
+        if not match:
+            continue
+        rest = lines[index + 1 :]
+        while rest and not rest[0].strip():
+            rest = rest[1:]
+        if rest and rest[0].startswith("- "):
+            # Items, their indented continuation (code blocks with blank lines in them too), until other text.
+            block = []
+            for item in rest:
+                if item.strip() and not item.startswith(("- ", " ")):
+                    break
+                block.append(item)
+            found = sum(1 for item in block if item.startswith("- "))
+        elif rest and rest[0].startswith("|"):
+            found = len([item for item in rest[: rest.index("")] if item]) - 2 if "" in rest else len(rest) - 2
+        else:
+            continue  # a code block or prose follows: nothing to count
+        if found != _NUMBERS[match.group(1).lower()]:
+            problems.append(f"line {index + 1}: {line.strip()!r} is followed by {found} items")
+    return problems
+
+
+def test_a_counted_list_has_as_many_items_as_it_says():
+    """troubleshooting.md once said "Two causes:" over three."""
+    problems = [f"{p.relative_to(ROOT)} {x}" for p in documentation_files() for x in miscounted_lists(p.read_text())]
+    assert problems == []
+
+
+def test_the_list_counter_catches_a_wrong_count():
+    assert miscounted_lists("Two causes:\n\n- a\n- b\n  more b\n- c\n") == [
+        "line 1: 'Two causes:' is followed by 3 items"
+    ]
+    assert miscounted_lists("three ways:\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |\n| 5 | 6 |\n") == []
+    assert miscounted_lists("three mistakes:\n\n```yaml\nx: 1\n```\n") == []
+
+
+def test_what_applies_to_classes_is_said_of_pools_too():
+    """Pools share the classes' layout (after them, core/budget_rules.py), so what restarts or alerts for every
+    class does so for every pool: a sentence about every class's rules, counters or alerts must name pools."""
+    offenders = []
+    for path in documentation_files():
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=[.;|])\s", text):
+            if re.search(r"every class's|the default and each class", sentence) and "pool" not in sentence:
+                offenders.append(f"{path.relative_to(ROOT)}: {sentence[:120]}")
+    assert offenders == []
 
 
 # ---------------------------------------------------------------------------------------------------------

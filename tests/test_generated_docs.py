@@ -128,3 +128,31 @@ def test_the_message_size_examples_show_what_each_limit_costs():
         f"| the dev stack (`Pulumi.dev.yaml`) | 1 | 1 | 1 | 32 | {rows['the dev stack (`Pulumi.dev.yaml`)']:,} B |"
         in page
     )
+
+
+def test_generated_actor_descriptions_cover_every_identity_source():
+    """The spend report's `actor` and `subject` fields and the metrics' `actor_id` label were once described for
+    Substrate actors alone (core/spend.py, docs/spend.md). Each source's two forms come from core/identity.py and
+    must appear in both field descriptions and, with an example actor, in the committed actor-id table.
+    Broken once: with the old Substrate-only `actor` text in core/spend.py, the first assertion names
+    `serviceaccount:<namespace>/<name>`."""
+    from core.identity import SOURCES, placeholder_ref
+    from core.spend import JSON_ROW_FIELDS
+    from scripts import spend_example
+
+    for source in SOURCES:
+        ref = placeholder_ref(source)
+        assert f"`{ref.actor_id}`" in JSON_ROW_FIELDS["actor"], ref.actor_id
+        assert f"`{ref.header_value}`" in JSON_ROW_FIELDS["subject"], ref.header_value
+    table = spend_example.actor_id_table()
+    page = (ROOT / "docs" / "spend.md").read_text(encoding="utf-8")
+    assert blocks_of_page(page)["actor-ids"].strip() == table.strip()
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == [
+        f"`{source}` ({title})" for source, title in spend_example.SOURCE_TITLES.items()
+    ]
+
+
+def blocks_of_page(page: str) -> dict[str, str]:
+    """The committed body of each GENERATED block of a page."""
+    pattern = re.compile(r"<!-- GENERATED:([\w-]+) -->\n(.*?)<!-- /GENERATED:\1 -->", re.DOTALL)
+    return {name: body for name, body in pattern.findall(page)}
