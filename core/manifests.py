@@ -34,7 +34,12 @@ from core.settings import (
     Route,
     StackSettings,
 )
-from core.suspension import api_key_authorization, jwt_authorization, suspension_response_overrides
+from core.suspension import (
+    api_key_authorization,
+    budget_spent_response_override,
+    jwt_authorization,
+    suspension_response_overrides,
+)
 
 GATEWAY_API = "gateway.networking.k8s.io"
 ENVOY_GATEWAY_API = "gateway.envoyproxy.io"
@@ -505,12 +510,15 @@ def budget_policy_manifest(settings: StackSettings, rules: BudgetRules) -> Manif
     """The one BackendTrafficPolicy holding every budget rule. Its name is part of every counter key.
 
     It also gives a refused actor's 403 a body that says why (suspended; with service accounts, also not listed),
-    whether or not anyone is refused now (core.suspension).
+    whether or not anyone is refused now, and a spent budget's 429 one that says when it resets (core.suspension).
     """
     spec: dict[str, Any] = {
         "targetRefs": [_gateway_ref()],
         "rateLimit": {"global": {"rules": rules.specs()}},
-        "responseOverride": suspension_response_overrides(settings.identity.sources),
+        "responseOverride": [
+            *suspension_response_overrides(settings.identity.sources),
+            budget_spent_response_override(),
+        ],
     }
     return Manifest(
         "gateway.envoyproxy.io/v1alpha1",

@@ -238,6 +238,55 @@ def _json_reply(body: str) -> dict[str, Any]:
     return {"contentType": "application/json", "body": {"type": "Inline", "inline": body}}
 
 
+BUDGET_SPENT_ERROR_TYPE = "budget_exceeded"
+RATE_LIMIT_RESET = "%RESP(x-ratelimit-reset)%"
+RATE_LIMIT_LIMIT = "%RESP(x-ratelimit-limit)%"
+BUDGET_SPENT_BODY = json.dumps(
+    {
+        "error": {
+            "message": (
+                f"A budget of this caller is spent: the gateway refuses its calls until the limit resets, in "
+                f"{RATE_LIMIT_RESET} s. Its limits (count;w=window in seconds): {RATE_LIMIT_LIMIT}. Retrying sooner is "
+                "refused too, and a refused call still counts against a calls limit."
+            ),
+            "type": BUDGET_SPENT_ERROR_TYPE,
+            "code": BUDGET_SPENT_ERROR_TYPE,
+            "reset_seconds": RATE_LIMIT_RESET,
+        }
+    },
+    separators=(",", ":"),
+)
+"""The body of a budget's 429. Envoy's rate-limit filter answers with an empty body and `x-ratelimit-limit`,
+`-remaining` and `-reset` headers (Envoy Gateway v1.9.0 sets `enable_x_ratelimit_headers: DRAFT_VERSION_03`,
+internal/xds/translator/ratelimit.go); a custom response replaces the reply's headers, so the body carries the
+limit and the reset, read from the original reply by `%RESP(...)%` (Envoy's substitution formatter evaluates a
+body format against it; the same operator in a header to add evaluates against the new reply and comes out empty,
+so no `Retry-After` can be derived: seen with Envoy 1.39, tests/test_real_envoy.py)."""
+
+
+NO_RETRY_HEADER = "x-should-retry"
+"""The OpenAI and Anthropic Python SDKs obey it before anything else: `false` and they raise at once instead of
+retrying a 429 twice with backoff (openai 3.57.0 and anthropic 2.15.0 `_base_client.py` `_should_retry`;
+`DEFAULT_MAX_RETRIES = 2` in `_constants.py`). A retry of a spent budget is refused again until the window resets,
+and counts against a calls limit: it only spends."""
+
+
+def budget_spent_response_override() -> dict[str, Any]:
+    """The `responseOverride` rule for Envoy's own 429 (a spent budget): a JSON body saying when the limit resets,
+    `x-should-retry: false`, and `x-ratelimit-remaining: 0` kept (every budget 429 has nothing remaining: the
+    refused limit is over)."""
+    return {
+        "match": {"statusCodes": [{"type": "Value", "value": 429}]},
+        "source": "Local",
+        "response": {
+            **_json_reply(BUDGET_SPENT_BODY),
+            "header": {
+                "set": [{"name": "x-ratelimit-remaining", "value": "0"}, {"name": NO_RETRY_HEADER, "value": "false"}]
+            },
+        },
+    }
+
+
 def suspension_response_overrides(sources: Sequence[SourceName] = (SUBSTRATE,)) -> list[dict[str, Any]]:
     """BackendTrafficPolicy `responseOverride` rules giving the RBAC 403 a body that says why (suspended, or an
     unlisted service account when that source is on), and keeping an honest one for a token's wrong audience."""

@@ -22,7 +22,12 @@ from core import manifests
 from core.budget_rules import COST_METADATA_KEY
 from core.money import USD_METADATA_KEY, Usage
 from core.problems import ConfigError
-from core.suspension import SUSPENDED_BODY, one_actor_id_rule, suspension_response_overrides
+from core.suspension import (
+    SUSPENDED_BODY,
+    budget_spent_response_override,
+    one_actor_id_rule,
+    suspension_response_overrides,
+)
 from core.validation import validate_stack
 from tests.support.agent_router_cel import Call, CostExpressionRefusedError, model_as_agent_router_sets_it
 from tests.support.agent_router_cel import evaluate as evaluate_call
@@ -226,7 +231,8 @@ def test_the_suspended_actor_is_denied_by_its_jwt_subject(run):
 
 def test_the_suspension_403_says_so_and_a_wrong_audience_keeps_its_own_message(run):
     overrides = spec(run, "BackendTrafficPolicy")["responseOverride"]
-    token, suspended = overrides
+    token, suspended, spent = overrides
+    assert spent == budget_spent_response_override()
     assert token["match"]["responseHeaders"][0]["name"] == "www-authenticate"
     assert token["source"] == suspended["source"] == "Local"
     assert suspended["match"] == {"statusCodes": [{"type": "Value", "value": 403}]}
@@ -243,7 +249,10 @@ def test_without_money_or_suspension_the_routes_report_tokens_and_the_kill_switc
     for route in run.of_kind("AIGatewayRoute"):
         assert route.inputs["spec"]["llmRequestCosts"] == [{"metadataKey": COST_METADATA_KEY, "type": "TotalToken"}]
     assert spec(run, "SecurityPolicy")["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
-    assert spec(run, "BackendTrafficPolicy")["responseOverride"] == suspension_response_overrides()
+    assert spec(run, "BackendTrafficPolicy")["responseOverride"] == [
+        *suspension_response_overrides(),
+        budget_spent_response_override(),
+    ]
     assert run.outputs["suspended"] == []
 
 

@@ -451,3 +451,43 @@ def test_a_ten_thousand_actor_layout_is_charged_as_the_model_predicts(services):
             predicted = {(applied.domain, applied.entries) for applied in model.for_actor(actor_header_value(actor))}
             assert sent == predicted, actor
             assert len(predicted) == 1, "each actor falls in exactly one rule"
+
+
+# --- a spent budget's 429 tells the agent what to do (issue 32) ----------------------------------------------------
+
+
+def test_a_spent_budget_s_429_says_when_it_resets(envoy, recorded):
+    """The rate-limit service answers OVER_LIMIT with the limit and the time to reset (as envoyproxy/ratelimit does,
+    src/service/ratelimit.go), Envoy's rate-limit filter answers 429 with `x-ratelimit-*` headers (Envoy Gateway
+    v1.9.0 sets DRAFT_VERSION_03), and the budget policy's override replaces the empty body with one that says when
+    the limit resets and which limits apply, read from those headers (`%RESP(...)%` in a body format). Before the
+    override the body was empty."""
+    upstream, rate_limit = recorded
+    rate_limit.refuse_all(limit=1000, reset_seconds=3600)
+    reply = envoy.call(HTTP, headers=[bearer(actor_token("agents/actor-a")), MODEL])
+    assert reply.status == 429 and upstream.received == []
+    error = reply.json()["error"]
+    assert error["code"] == "budget_exceeded" and error["reset_seconds"] == "3600"
+    assert "in 3600 s" in error["message"] and "1000;w=86400" in error["message"]
+    assert reply.headers["x-ratelimit-remaining"] == "0"
+    assert reply.headers["x-should-retry"] == "false"
+
+
+def test_the_openai_sdk_gives_up_at_once_on_a_spent_budget(envoy, recorded):
+    """An agent using the OpenAI Python SDK with its defaults (two retries with backoff on a 429: openai
+    `_base_client.py` `_should_retry`, `_constants.py` DEFAULT_MAX_RETRIES) makes one call, not three, when its
+    budget is spent: the override's `x-should-retry: false` comes first in `_should_retry`. Without the header (seen
+    by removing it from core/suspension.py) the rate limit was asked three times."""
+    openai = pytest.importorskip("openai")
+    _, rate_limit = recorded
+    rate_limit.refuse_all(limit=1000, reset_seconds=60)
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{envoy.ports[HTTP]}/v1",
+        api_key=actor_token("agents/actor-a"),
+        default_headers=dict([MODEL]),
+    )
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="mock-small", messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 429
+    assert refused.value.body["code"] == "budget_exceeded"
+    assert len(rate_limit.asked) == 1  # one call, one request to the rate limit (its shared-rule domain)

@@ -63,7 +63,7 @@ def test_the_listener_s_filters_are_the_same_with_0_1_and_500_suspended_actors(b
 def test_with_nobody_suspended_everyone_is_allowed_and_the_403_overrides_stay(by_count):
     security, traffic = by_count[0]
     assert security["spec"]["authorization"] == {"defaultAction": "Allow", "rules": [one_actor_id_rule()]}
-    assert [rule["source"] for rule in traffic["spec"]["responseOverride"]] == ["Local", "Local"]
+    assert [rule["source"] for rule in traffic["spec"]["responseOverride"]] == ["Local", "Local", "Local"]
 
 
 def test_suspending_changes_only_the_authorization_rules(by_count):

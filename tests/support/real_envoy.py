@@ -44,6 +44,7 @@ from typing import Any
 
 import grpc
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
+from google.protobuf import duration_pb2
 
 from tests.support.egctl import Translation
 
@@ -157,6 +158,8 @@ class RecordingRateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
     def __init__(self) -> None:
         self.asked: list[Asked] = []
         self.refuse: set[tuple[tuple[str, str], ...]] = set()
+        self.over_limit: tuple[int, int] | None = None
+        """(requests per day, seconds to reset): refuse every descriptor, answering as envoyproxy/ratelimit does."""
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         rls_pb2_grpc.add_RateLimitServiceServicer_to_server(self, self.server)
@@ -173,6 +176,17 @@ class RecordingRateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
         with self.lock:
             self.asked.append(Asked(request.domain, descriptors, request.hits_addend))
         Code = rls_pb2.RateLimitResponse.Code  # noqa: N806
+        if self.over_limit is not None:
+            limit, reset = self.over_limit
+            refused = rls_pb2.RateLimitResponse.DescriptorStatus(
+                code=Code.OVER_LIMIT,
+                current_limit=rls_pb2.RateLimitResponse.RateLimit(
+                    requests_per_unit=limit, unit=rls_pb2.RateLimitResponse.RateLimit.Unit.DAY
+                ),
+                limit_remaining=0,
+                duration_until_reset=duration_pb2.Duration(seconds=reset),
+            )
+            return rls_pb2.RateLimitResponse(overall_code=Code.OVER_LIMIT, statuses=[refused for _ in descriptors])
         statuses = [
             rls_pb2.RateLimitResponse.DescriptorStatus(code=Code.OVER_LIMIT if entries in self.refuse else Code.OK)
             for entries, _ in descriptors
@@ -190,6 +204,11 @@ class RecordingRateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
     def clear(self) -> None:
         with self.lock:
             self.asked.clear()
+        self.over_limit = None
+
+    def refuse_all(self, limit: int, reset_seconds: int) -> None:
+        """Answer OVER_LIMIT to every descriptor, with this limit (a day's) and this time to reset."""
+        self.over_limit = (limit, reset_seconds)
 
 
 # --- Envoy --------------------------------------------------------------------------------------------------
