@@ -193,7 +193,7 @@ def test_the_money_variant_exercises_every_new_field(catalog):
         3,
     ]
     [btp] = [o for o in objects if o["kind"] == "BackendTrafficPolicy"]
-    assert len(btp["spec"]["responseOverride"]) == 2
+    assert len(btp["spec"]["responseOverride"]) == 3  # the two 403s and the spent budget's 429
     assert len(btp["spec"]["rateLimit"]["global"]["rules"]) == 7  # 3 + 3 + 1 (solo): one reserved slot
     for obj in (security, btp, *routes):
         assert catalog.validate(obj).errors == []
