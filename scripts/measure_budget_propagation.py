@@ -74,6 +74,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core.ratelimit_model import rules_for_actor  # noqa: E402
+from tests.support.egctl import whole_numbers  # noqa: E402
 from tests.support.program import run_program, stack_config  # noqa: E402
 from tests.support.redis_server import SERVER_ENV, redis_binaries  # noqa: E402
 
@@ -118,8 +119,8 @@ def program_objects(stack: str, tokens: int | None) -> list[dict[str, Any]]:
     if tokens is not None:
         config["budgets"]["default"]["tokens"] = tokens
     run = run_program(config)
-    objects = [_whole(r.as_object()) for kind in KEPT_KINDS for r in run.of_kind(kind)]
-    objects += [_route_stand_in(_whole(r.as_object())) for r in run.of_kind("AIGatewayRoute")]
+    objects = [whole_numbers(r.as_object()) for kind in KEPT_KINDS for r in run.of_kind(kind)]
+    objects += [_route_stand_in(whole_numbers(r.as_object())) for r in run.of_kind("AIGatewayRoute")]
     services = {
         (r.inputs["metadata"].get("namespace"), r.inputs["metadata"]["name"]): r.inputs
         for r in run.of_kind("AIServiceBackend")
@@ -131,7 +132,7 @@ def program_objects(stack: str, tokens: int | None) -> list[dict[str, Any]]:
                     dict(services[(route["metadata"].get("namespace"), ref["name"])]["spec"]["backendRef"])
                     for ref in rule["backendRefs"]
                 ]
-    policy = _whole(run.one("BackendTrafficPolicy").as_object())
+    policy = whole_numbers(run.one("BackendTrafficPolicy").as_object())
     for rule in policy["spec"]["rateLimit"]["global"]["rules"]:
         # EG v1.9.0's File provider stores each object through controller-runtime's fake client, whose type
         # converter (structured-merge-diff v6.4.2 value/valuereflect.go) panics on a uint64 field:
@@ -140,17 +141,6 @@ def program_objects(stack: str, tokens: int | None) -> list[dict[str, Any]]:
         (rule.get("cost") or {}).pop("request", None)
     objects.append(policy)
     return objects
-
-
-def _whole(value: Any) -> Any:
-    """Floats that are whole numbers as ints (the mocks hand numbers back as floats; integer fields refuse 80.0)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _whole(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_whole(item) for item in value]
-    return value
 
 
 def _route_stand_in(route: dict[str, Any]) -> dict[str, Any]:
