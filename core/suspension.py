@@ -335,8 +335,10 @@ def listener_http_filters(
     jwt.go (one jwt_authn filter holding every provider), authorization.go (an empty RBAC filter while any
     route has an authorization), custom_response.go (one filter per response override, named after its
     policy, holding its rules), ratelimit.go (one filter per shared-rule domain, `<ns>/<name>`, and one for the
-    non-shared rules), api_key_auth.go (one api_key_auth filter, built from the first route's API-key settings with
-    every credential of its Secrets: `api_key_credentials`, key → client id, so a key change is a listener change).
+    listener's own domain, always: `buildRateLimitFilter` inserts it whether or not a rule is non-shared, as
+    `egctl x translate` shows), api_key_auth.go (one api_key_auth filter, built from the first route's API-key
+    settings with every credential of its Secrets: `api_key_credentials`, key → client id, so a key change is a
+    listener change).
     """
     filters: dict[str, str] = {}
     security, traffic = security_policy["spec"], traffic_policy["spec"]
@@ -353,6 +355,6 @@ def listener_http_filters(
     rules = ((traffic.get("rateLimit") or {}).get("global") or {}).get("rules") or []
     if any(rule.get("shared") for rule in rules):
         filters[f"{RATE_LIMIT_FILTER}/{traffic_policy['namespace']}/{traffic_policy['name']}"] = _listener_config({})
-    if any(not rule.get("shared") for rule in rules):
-        filters[RATE_LIMIT_FILTER] = _listener_config({})
+    if rules:  # the listener's own domain always gets a filter, shared rules or not (ratelimit.go
+        filters[RATE_LIMIT_FILTER] = _listener_config({})  # `buildRateLimitFilter`: domains.Insert(listener))
     return filters

@@ -37,6 +37,9 @@ from tests.test_suspension import policies
 
 CUSTOM_RESPONSE_OF_THE_BUDGET = "envoy.filters.http.custom_response/backendtrafficpolicy/agent-budgets/agent-budgets"
 RATE_LIMIT_OF_THE_BUDGET = "envoy.filters.http.ratelimit/agent-budgets/agent-budgets"
+RATE_LIMIT_OF_THE_LISTENER = "envoy.filters.http.ratelimit"
+"""The listener-domain rate-limit filter, which Envoy Gateway v1.9.0 adds whenever a route of the listener has a
+global rate limit, shared or not (internal/xds/translator/ratelimit.go `buildRateLimitFilter`; egctl shows it)."""
 
 
 def documented_default_order() -> list[str]:
@@ -115,6 +118,7 @@ def test_agent_router_runs_after_the_jwt_filter_with_any_number_suspended(suspen
         AGENT_ROUTER_FILTER,
         CUSTOM_RESPONSE_OF_THE_BUDGET,  # still before rbac and ratelimit, whose 403 and 429 it rewrites
         "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_LISTENER,
         RATE_LIMIT_OF_THE_BUDGET,
         ROUTER,
     ]
@@ -138,8 +142,8 @@ def test_an_api_key_filter_also_runs_before_agent_router():
 def test_the_duplicate_key_guard_runs_after_agent_router_s_processor_and_before_rbac_and_the_rate_limit():
     """The guard's Lua filter (order 13, core/body_guard.py) sits after the identity filters, Agent Router's
     processor (inserted before the first lua filter) and custom_response, and before rbac and ratelimit: a body
-    it refuses is never counted, and custom_response, which rewrites only 403 (core/suspension.py), leaves its 400
-    alone."""
+    it refuses is never counted, and custom_response, which rewrites only 403 and 429 (core/suspension.py), leaves
+    its 400 alone."""
     settings = validate_stack(stack_config("dev"), lambda key: (True, True)).settings
     [envoy_proxy] = [m for m in gateway_manifests(settings) if m.kind == "EnvoyProxy"]
     guard = "envoy.filters.http.lua/envoyextensionpolicy/agent-budgets/agent-budgets-body-guard/lua/0"
@@ -150,6 +154,7 @@ def test_the_duplicate_key_guard_runs_after_agent_router_s_processor_and_before_
         CUSTOM_RESPONSE_OF_THE_BUDGET,
         guard,
         "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_LISTENER,
         RATE_LIMIT_OF_THE_BUDGET,
         ROUTER,
     ]

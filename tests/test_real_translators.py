@@ -244,3 +244,25 @@ def test_each_route_s_rate_limit_and_rbac_bytes_are_what_core_xds_size_computes(
             message.typed_per_filter_config["envoy.filters.http.rbac"]
         )
         assert rbac.ByteSize() == xds_size.authorization_route_bytes(authorization), route["name"]
+
+
+def test_each_listener_has_the_filters_core_suspension_predicts():
+    """core/suspension.py `listener_http_filters` (which decides that suspending an actor never changes a listener)
+    names the filters Envoy Gateway puts on each listener for the program's SecurityPolicy and budget policy. It
+    disagreed once: it added the listener-domain rate-limit filter only for non-shared rules, and Envoy Gateway
+    v1.9.0 adds it always (internal/xds/translator/ratelimit.go `buildRateLimitFilter`); fixed. The Lua filter of
+    the duplicate-key guard comes from a third policy, which that function does not cover."""
+    from core.suspension import listener_http_filters
+
+    run, translation = translated("rig")
+    budget = plain(run.one("BackendTrafficPolicy").as_object())
+    traffic = {"namespace": budget["metadata"]["namespace"], "name": budget["metadata"]["name"], "spec": budget["spec"]}
+    for policy in run.of_kind("SecurityPolicy"):
+        spec = plain(policy.inputs)["spec"]
+        listener = f"{NAMESPACE}/agent-router/{'apikeys' if 'apiKeyAuth' in spec else 'http'}"
+        real = {
+            f["name"]
+            for f in translation.http_filters(listener)
+            if f["name"] != "envoy.filters.http.router" and not f["name"].startswith("envoy.filters.http.lua/")
+        }
+        assert set(listener_http_filters({"spec": spec}, traffic)) == real, listener
