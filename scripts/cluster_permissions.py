@@ -23,14 +23,15 @@ from typing import Any
 # change it with server-side apply (patch), replace or delete it, and wait for it through an informer (list, watch;
 # pulumi-kubernetes `provider/pkg/await`).
 MANAGED_VERBS = "get, list, watch, create, update, patch, delete"
-# What the provider reads while it waits for a workload to be ready: a StatefulSet's Pods (pulumi-kubernetes
-# `provider/pkg/await/statefulset.go`, an informer on `pods` in the StatefulSet's namespace).
-WAITED_ON = {("apps", "StatefulSet"): ("", "Pod")}
+# What the provider reads while it waits for an object to be ready: a StatefulSet's Pods and a Service's Endpoints
+# (pulumi-kubernetes `provider/pkg/await/statefulset.go` and `service.go`: an informer on `pods`, on `endpoints`, in
+# the object's namespace).
+WAITED_ON = {("apps", "StatefulSet"): ("", "Pod"), ("", "Service"): ("", "Endpoints")}
 WATCH_VERBS = "get, list, watch"
 VERB_NAMES = {MANAGED_VERBS: "manage", WATCH_VERBS: "read"}
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
-# Kinds whose plural is not the lowercase kind plus `s` by the rules below; none today.
-IRREGULAR_PLURALS: dict[str, str] = {}
+# Kinds whose resource name the rules of `plural` do not give.
+IRREGULAR_PLURALS = {"Endpoints": "endpoints"}
 
 
 @dataclass(frozen=True)

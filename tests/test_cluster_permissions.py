@@ -69,6 +69,7 @@ def test_the_rows_name_the_stacks_that_need_them():
     assert rows[("rbac.authorization.k8s.io", "clusterrolebindings", "")] == ("manage", "full")
     assert rows[("apps", "statefulsets", "agent-budgets-redis")] == ("manage", "in-cluster Redis")
     assert rows[("", "pods", "agent-budgets-redis")] == ("read", "in-cluster Redis")
+    assert rows[("", "endpoints", "agent-budgets-redis")] == ("read", "in-cluster Redis")
     assert rows[("gateway.envoyproxy.io", "backendtrafficpolicies", "agent-budgets")] == ("manage", "always")
     assert rows[("", "namespaces", "")] == ("manage", "always")
 
@@ -99,6 +100,7 @@ def test_custom_kinds_are_named_and_scoped_as_their_crds_say():
         ("NetworkPolicy", "networkpolicies"),
         ("ClusterRoleBinding", "clusterrolebindings"),
         ("Secret", "secrets"),
+        ("Endpoints", "endpoints"),
     ],
 )
 def test_plural_follows_the_api_servers_names(kind, resource):
