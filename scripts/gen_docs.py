@@ -15,6 +15,8 @@ The pages and what writes them:
   (core/dashboard.py);
 * docs/budgets.md: each limit's worst case next to what a seeded simulation of enforcement reached
   (tests/support/enforcement.py, `make simulate`);
+* docs/deploy.md: the Kubernetes permissions a deployment needs, from what the program registers for the prod
+  stack, the prod stack with the in-cluster Redis and the `full` stack (scripts/cluster_permissions.py);
 * plugin/schema.json (a whole file): the component package's schema, inferred in this process from
   `AgentBudgets` as the plugin's GetSchema answers it (agent_budgets/package.py).
 
@@ -35,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core.config_reference import render_reference  # noqa: E402
-from scripts import measure_exclusion_slots  # noqa: E402
+from scripts import cluster_permissions, measure_exclusion_slots  # noqa: E402
 from scripts.doc_blocks import sync_document  # noqa: E402
 
 COMMAND = "make docs"
@@ -134,6 +136,7 @@ DOCS: dict[str, Callable[[], dict[str, str]]] = {
     "docs/message-size.md": measure_exclusion_slots.blocks,
     "docs/dashboard.md": dashboard_blocks,
     "docs/budgets.md": simulation_blocks,
+    "docs/deploy.md": cluster_permissions.blocks,
 }
 
 
