@@ -31,7 +31,7 @@ from typing import Any
 
 import pulumi
 from pulumi_kubernetes.core.v1 import Namespace
-from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs
+from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs, RepositoryOptsArgs
 
 from components.rate_limit_store import RateLimitStore, read_external_password
 from core.manifests import common_labels
@@ -160,6 +160,7 @@ class Platform(pulumi.ComponentResource):
                 name=spec.release_name,  # fixed: an auto-named release would be a second install
                 chart=spec.chart,
                 version=spec.version,
+                repository_opts=RepositoryOptsArgs(repo=spec.repository) if spec.repository else None,
                 namespace=namespace.metadata.name,
                 create_namespace=False,
                 values=spec.values,

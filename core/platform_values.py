@@ -34,6 +34,7 @@ from core.settings import (
     RedisSettings,
     StackSettings,
 )
+from core.settings.platform import ChartSource
 
 # --- charts and releases ---------------------------------------------------------------------------------
 
@@ -90,10 +91,35 @@ class ReleaseSpec:
     resource_suffix: str
     release_name: str
     chart: str
-    version: str
+    """An OCI reference, a chart name in `repository`, or a local path."""
+    version: str | None
+    """None for a local chart: it installs its own version."""
     namespace: str
     values: dict[str, Any]
     timeout_seconds: int
+    repository: str | None = None
+    """A Helm chart repository URL (`repositoryOpts.repo`), for a chart named by its name."""
+
+
+def chart_location(
+    public_chart: str, pinned_version: str, source: ChartSource | None
+) -> tuple[str, str | None, str | None]:
+    """(chart, version, repository) of one release: the public OCI chart at the pinned version, or `source`.
+
+    pulumi-kubernetes' Release hands these to Helm's install (`chart` "a chart name ... a path may be used", and
+    `repositoryOpts.repo`, provider/pkg/provider/helm_release.go): an `oci://` chart reference is pulled from that
+    registry, a name is looked up in the repository's index, and a path is loaded as it is.
+    """
+    name = public_chart.rstrip("/").rsplit("/", 1)[-1]
+    if source is None:
+        return public_chart, pinned_version, None
+    if source.path is not None:
+        return source.path, None, None
+    assert source.repository is not None  # the settings require one of the two
+    version = source.version or pinned_version
+    if source.repository.startswith("oci://"):
+        return f"{source.repository}/{name}", version, None
+    return name, version, source.repository
 
 
 # --- Redis URL and the envoy-ratelimit env ----------------------------------------------------------------
@@ -279,35 +305,43 @@ def agent_router_values(settings: StackSettings) -> dict[str, Any]:
 
 
 def release_specs(settings: StackSettings) -> tuple[ReleaseSpec, ReleaseSpec, ReleaseSpec]:
-    """Envoy Gateway, the Agent Router CRDs and the Agent Router controller, in install order."""
+    """Envoy Gateway, the Agent Router CRDs and the Agent Router controller, in install order, each from its public
+    chart or from the source `platform.charts` gives it."""
     platform = settings.platform
+    charts = platform.charts
+    eg = chart_location(ENVOY_GATEWAY_CHART, platform.envoy_gateway_version, charts.envoy_gateway)
+    crds = chart_location(AGENT_ROUTER_CRDS_CHART, platform.agent_router_version, charts.agent_router_crds)
+    aieg = chart_location(AGENT_ROUTER_CHART, platform.agent_router_version, charts.agent_router)
     return (
         ReleaseSpec(
             resource_suffix="envoy-gateway",
             release_name=ENVOY_GATEWAY_RELEASE,
-            chart=ENVOY_GATEWAY_CHART,
-            version=platform.envoy_gateway_version,
+            chart=eg[0],
+            version=eg[1],
             namespace=ENVOY_GATEWAY_NAMESPACE,
             values=envoy_gateway_values(settings),
             timeout_seconds=600,
+            repository=eg[2],
         ),
         ReleaseSpec(
             resource_suffix="agent-router-crds",
             release_name=AGENT_ROUTER_CRDS_RELEASE,
-            chart=AGENT_ROUTER_CRDS_CHART,
-            version=platform.agent_router_version,
+            chart=crds[0],
+            version=crds[1],
             namespace=AGENT_ROUTER_NAMESPACE,
             values=agent_router_crds_values(settings),
             timeout_seconds=300,
+            repository=crds[2],
         ),
         ReleaseSpec(
             resource_suffix="agent-router",
             release_name=AGENT_ROUTER_RELEASE,
-            chart=AGENT_ROUTER_CHART,
-            version=platform.agent_router_version,
+            chart=aieg[0],
+            version=aieg[1],
             namespace=AGENT_ROUTER_NAMESPACE,
             values=agent_router_values(settings),
             timeout_seconds=600,
+            repository=aieg[2],
         ),
     )
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.plain import dig
-from core.platform_values import REDIS_NAME
+from core.platform_values import ENVOY_GATEWAY_RELEASE, REDIS_NAME
 from core.settings import PROJECT
 from policy.resources import (
     DEFAULT_DEV_STACKS,
@@ -22,12 +22,23 @@ from policy.resources import (
 )
 
 
+def _is_envoy_gateway_release(props: Mapping[str, Any]) -> bool:
+    """The Release of Envoy Gateway's chart: named `eg` by the program, or its chart `gateway-helm` by OCI reference,
+    repository chart name or a local path (`platform.charts`: `.../gateway-helm`, `gateway-helm-v1.9.3.tgz`)."""
+    chart = props.get("chart")
+    last = chart.rstrip("/").rsplit("/", 1)[-1] if isinstance(chart, str) else ""
+    return (
+        props.get("name") == ENVOY_GATEWAY_RELEASE
+        or last == ENVOY_GATEWAY_CHART_NAME
+        or last.startswith(f"{ENVOY_GATEWAY_CHART_NAME}-")
+    )
+
+
 def check_fails_closed_outside_dev(resource: Resource, config: Mapping[str, Any]) -> list[str]:
     """Envoy Gateway's rate limiting fails closed on every stack but the dev ones."""
     if resource.type != HELM_RELEASE_TYPE:
         return []
-    chart = resource.props.get("chart")
-    if not isinstance(chart, str) or chart.rstrip("/").rsplit("/", 1)[-1] != ENVOY_GATEWAY_CHART_NAME:
+    if not _is_envoy_gateway_release(resource.props):
         return []
     stack = stack_of_urn(resource.urn)
     dev_stacks = config.get("devStacks")

@@ -47,7 +47,7 @@ from tests.support.helm_chart import (
     scalars,
 )
 from tests.support.helm_values_schema import ENVOY_GATEWAY_VALUES_SCHEMA, NOT_SET
-from tests.support.program import ROOT, ProgramRun, plain, run_program
+from tests.support.program import ROOT, ProgramRun, plain, run_program, stack_config
 from tests.support.real_tools import real_chart, real_tool
 from tools.spend.stack import stack_names
 
@@ -489,3 +489,20 @@ def test_the_prepared_chart_is_envoy_gateways_release(stacks):
     labels = deployment["metadata"]["labels"]
     assert labels["helm.sh/chart"] == f"gateway-helm-{ENVOY_GATEWAY_TAG}"
     assert labels["app.kubernetes.io/version"] == ENVOY_GATEWAY_TAG
+
+
+def test_a_release_from_a_local_chart_renders_as_the_public_chart_does(stacks, helm, chart, tmp_path):
+    """`platform.charts.envoyGateway.path` (an air-gapped install): the program hands the `eg` Release the chart's
+    path and no version or repository, and Helm renders that chart with the stack's values exactly as it renders
+    the chart the default source names (here both are Envoy Gateway's v1.9.0 chart; rig/chart.py). Broken once by
+    keeping the pinned version on a path source: the Release's `version` assertion failed."""
+    config = stack_config("dev")
+    config["platform"] = {"charts": {"envoyGateway": {"path": str(chart)}}}
+    run = run_program(config)
+    [eg] = [
+        plain(r.inputs) for r in run.resources if r.type == RELEASE and r.inputs["name"] == pv.ENVOY_GATEWAY_RELEASE
+    ]
+    assert eg["chart"] == str(chart)
+    assert "version" not in eg and "repositoryOpts" not in eg
+    local = helm_template(helm, Path(eg["chart"]), eg["values"], eg["name"], eg["namespace"], tmp_path)
+    assert envoy_gateway_configuration(local) == envoy_gateway_configuration(stacks("dev").render)

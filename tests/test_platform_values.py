@@ -70,6 +70,33 @@ def test_release_versions_follow_config():
     assert crds.version == controller.version == "v1.2.3"
 
 
+def test_each_release_takes_its_chart_from_the_source_platform_charts_names():
+    """`platform.charts`: an oci:// mirror gets the chart's name appended and the pinned version (or its own); an
+    https:// repository is `repositoryOpts.repo` with the chart's name; a path is the chart itself, with no version
+    (pulumi-kubernetes Release: `chart` "a path may be used", `repositoryOpts.repo`). Broken once by appending the
+    name to an https repository: the second assertion failed."""
+    eg, crds, controller = pv.release_specs(
+        settings(
+            platform={
+                "charts": {
+                    "envoyGateway": {"repository": "oci://registry.example.internal/envoyproxy/"},
+                    "agentRouterCrds": {"repository": "https://charts.example.internal", "version": "v1.2.2"},
+                    "agentRouter": {"path": "vendor/charts/ai-gateway-helm-v1.2.1.tgz"},
+                }
+            }
+        )
+    )
+    assert (eg.chart, eg.version, eg.repository) == (
+        "oci://registry.example.internal/envoyproxy/gateway-helm", "v1.9.3", None,
+    )  # fmt: skip
+    assert (crds.chart, crds.version, crds.repository) == (
+        "ai-gateway-crds-helm", "v1.2.2", "https://charts.example.internal",
+    )  # fmt: skip
+    assert (controller.chart, controller.version, controller.repository) == (
+        "vendor/charts/ai-gateway-helm-v1.2.1.tgz", None, None,
+    )  # fmt: skip
+
+
 def test_agent_router_knows_where_envoy_gateway_runs_the_proxies_and_labels_metrics_by_actor():
     assert pv.agent_router_values(settings()) == {
         "controller": {
@@ -380,6 +407,16 @@ BAD: list[tuple[str, dict[str, Any], list[str]]] = [
     ("fail closed as text", {"rateLimit": {"failClosed": "sometimes"}}, ["agent-budgets:rateLimit.failClosed"]),
     ("unknown rate limit key", {"rateLimit": {"failOpen": True}}, ["agent-budgets:rateLimit.failOpen", "unknown key"]),
     ("unknown platform key", {"platform": {"eg": "v1.9.3"}}, ["agent-budgets:platform.eg", "unknown key"]),
+    ("a chart source with both", {"platform": {"charts": {"agentRouter": {"repository": "oci://m/e", "path": "c"}}}},
+     ["agent-budgets:platform.charts.agentRouter", "give exactly one of repository"]),
+    ("a chart source with neither", {"platform": {"charts": {"envoyGateway": {"version": "v1.9.3"}}}},
+     ["agent-budgets:platform.charts.envoyGateway", "give exactly one of repository"]),
+    ("a version for a local chart", {"platform": {"charts": {"envoyGateway": {"path": "c", "version": "v1.9.3"}}}},
+     ["agent-budgets:platform.charts.envoyGateway", "version applies to a repository only"]),
+    ("a repository that is no URL", {"platform": {"charts": {"envoyGateway": {"repository": "docker.io/eg"}}}},
+     ["agent-budgets:platform.charts.envoyGateway.repository", "is not an oci://, https:// or http:// URL"]),
+    ("a chart source for no release", {"platform": {"charts": {"redis": {"path": "c"}}}},
+     ["agent-budgets:platform.charts.redis", "unknown key"]),
 ]  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from core.kubeconfig import is_contents
 from core.settings.base import (
@@ -205,6 +205,80 @@ def _message_size_text(value: Any) -> Any:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+CHART_REPOSITORY = re.compile(r"^(oci|https?)://[^\s]+$")
+
+
+class ChartSource(ConfigModel):
+    """Where one Helm release's chart comes from instead of the public OCI registry: a mirror (an OCI registry or a
+    Helm chart repository) or a chart on the machine that runs `pulumi`. For clusters that cannot reach docker.io."""
+
+    repository: str | None = Field(
+        default=None,
+        description=(
+            "An `oci://` registry path the chart is pushed under (the chart's name is appended: `oci://mirror/"
+            "envoyproxy` gives `oci://mirror/envoyproxy/gateway-helm`), or an `https://` Helm chart repository "
+            "(its index.yaml lists the chart)."
+        ),
+    )
+    path: str | None = Field(
+        default=None,
+        description=(
+            "A chart directory or packaged `.tgz` on the machine that runs `pulumi`, relative to the project "
+            "directory or absolute; its own version is what installs."
+        ),
+    )
+    version: str | None = Field(
+        default=None,
+        description="The chart version to pull from `repository`; unset, the platform's pinned version of the release.",
+    )
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is not None and not CHART_REPOSITORY.match(value):
+            raise ValueError(
+                f"repository {value!r} is not an oci://, https:// or http:// URL: e.g. "
+                "oci://registry.example.internal/envoyproxy or https://charts.example.internal"
+            )
+        return value.rstrip("/") if value is not None else None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\n" in value):
+            raise ValueError(f"path {value!r} is not a file path: give the chart directory or its .tgz")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and not RELEASE_VERSION.match(value):
+            raise ValueError(f"version {value!r} is not a release version such as v1.9.3")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ChartSource:
+        if (self.repository is None) == (self.path is None):
+            raise ValueError(
+                "give exactly one of repository (a mirror: oci:// or https://) and path (a chart on this machine)"
+            )
+        if self.path is not None and self.version is not None:
+            raise ValueError(
+                "version applies to a repository only: a chart at a path installs its own version (remove version)"
+            )
+        return self
+
+
+class ChartSources(ConfigModel):
+    """A source per Helm release; a release left out comes from its public OCI chart."""
+
+    envoy_gateway: ChartSource | None = Field(default=None, description="The `eg` release (chart `gateway-helm`).")
+    agent_router_crds: ChartSource | None = Field(
+        default=None, description="The `aieg-crd` release (chart `ai-gateway-crds-helm`)."
+    )
+    agent_router: ChartSource | None = Field(default=None, description="The `aieg` release (chart `ai-gateway-helm`).")
+
+
 class PlatformSettings(ConfigModel):
     """Helm releases that install Envoy Gateway and Agent Router."""
 
@@ -222,6 +296,14 @@ class PlatformSettings(ConfigModel):
         description="The `aieg-crd` and `aieg` releases; v1.2 needs Envoy Gateway v1.9.2 or newer.",
     )
 
+    charts: ChartSources = Field(
+        default_factory=ChartSources,
+        description=(
+            "Where each release's chart comes from when the cluster's network cannot reach the public OCI registry: "
+            "a mirror or a local chart per release (`envoyGateway`, `agentRouterCrds`, `agentRouter`). See "
+            "docs/environments.md."
+        ),
+    )
     extension_message_limit: Annotated[str, BeforeValidator(_message_size_text)] = Field(
         default=EXTENSION_MESSAGE_LIMIT_DEFAULT,
         description=(
