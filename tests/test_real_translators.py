@@ -266,3 +266,26 @@ def test_each_listener_has_the_filters_core_suspension_predicts():
             if f["name"] != "envoy.filters.http.router" and not f["name"].startswith("envoy.filters.http.lua/")
         }
         assert set(listener_http_filters({"spec": spec}, traffic)) == real, listener
+
+
+def test_a_route_with_the_most_model_names_the_settings_accept_is_accepted():
+    """A route serving MAX_MODELS_PER_ROUTE model names: its AIGatewayRoute rule has one match per name, which Agent
+    Router copies into one HTTPRoute rule (ai-gateway v1.1.0 `newHTTPRoute`), and egctl validates that HTTPRoute as
+    the API server does. Found by this test: the settings took 128 names (the AIGatewayRoute cap) and the Gateway API
+    caps an HTTPRoute rule at 64 matches, so egctl (and a cluster's API server) refused the HTTPRoute: "matches: Too
+    many: 128: must have at most 64 items". One name more is refused by the settings, naming the key."""
+    from core.settings import MAX_MODELS_PER_ROUTE, ConfigError
+    from core.validation import parse_settings
+
+    config = copy.deepcopy(stack_config("rig"))
+    names = [f"model-{i:03d}" for i in range(MAX_MODELS_PER_ROUTE + 1)]
+    config["routes"] = [{"name": "mock-small", "models": names[:MAX_MODELS_PER_ROUTE], "provider": "mock"}]
+    config["prices"] = {name: {"input": 1.0, "output": 2.0} for name in names}
+    run = run_program(config)
+    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    assert translation.refusals() == []
+    assert len(translation.routes(f"{NAMESPACE}/agent-router/http")) == MAX_MODELS_PER_ROUTE + 1  # + not-found
+    config["routes"][0]["models"] = names
+    with pytest.raises(ConfigError) as refused:
+        parse_settings(config)
+    assert "agent-budgets:routes[0].models" in str(refused.value)

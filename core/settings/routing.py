@@ -12,8 +12,12 @@ from core.model_names import model_name_problem
 from core.settings.base import CONFIG_KEY, DNS_SUBDOMAIN, DURATION, ConfigModel, check_dns_label, check_image_reference
 from core.settings.budgets import MAX_TOKENS
 
-MAX_MODELS_PER_ROUTE = 128
-"""The most model names one route serves."""
+MAX_MODELS_PER_ROUTE = 64
+"""The most model names one route serves. The AIGatewayRoute rule takes 128 matches (one per model name), but Agent
+Router copies them into one HTTPRoute rule (envoyproxy/ai-gateway v1.1.0 internal/controller/ai_gateway_route.go
+`newHTTPRoute`), and the Gateway API caps an HTTPRoute rule at 64 matches (v1.6.1 HTTPRouteRule `matches` maxItems):
+with more, the API server refuses the HTTPRoute Agent Router creates and the route serves nothing (seen with
+`egctl x translate`, which validates as the API server does: tests/test_real_translators.py)."""
 DEFAULT_REQUEST_TIMEOUT = "60s"
 """Agent Router's request timeout for a route rule that sets none (envoyproxy/ai-gateway v1.1.0
 api/v1beta1/ai_gateway_route_helper.go `defaultRequestTimeout`): the whole response, streams included."""
