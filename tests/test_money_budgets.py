@@ -454,7 +454,10 @@ def test_suspensions_count_toward_the_gateway_s_message_limit():
     config = issue_config(
         actors=actors,
         budgets={"default": {"tokens": 500, "per": "Day"}},
-        routes=[{"name": "gpt", "models": [f"gpt-{i}" for i in range(100)], "provider": "openai"}],
+        routes=[  # 100 model routes, in two routes of 50 (a route takes at most 64 model names)
+            {"name": "gpt", "models": [f"gpt-{i}" for i in range(50)], "provider": "openai"},
+            {"name": "gpt-more", "models": [f"gpt-{i}" for i in range(50, 100)], "provider": "openai"},
+        ],
         prices={},
         suspended=actors,
     )
