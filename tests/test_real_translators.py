@@ -289,3 +289,69 @@ def test_a_route_with_the_most_model_names_the_settings_accept_is_accepted():
     with pytest.raises(ConfigError) as refused:
         parse_settings(config)
     assert "agent-budgets:routes[0].models" in str(refused.value)
+
+
+def _many_models(models: int) -> dict[str, Any]:
+    """The rig stack serving `models` model names, in as few routes as hold them (MAX_MODELS_PER_ROUTE a route), at
+    the smallest message limit."""
+    from core.settings import MAX_MODELS_PER_ROUTE
+
+    config = copy.deepcopy(stack_config("rig"))
+    config["platform"] = {"extensionMessageLimit": "4Mi"}
+    names = [f"model-{i:04d}" for i in range(models)]
+    config["routes"] = [
+        {"name": f"route-{r:02d}", "models": names[start : start + MAX_MODELS_PER_ROUTE], "provider": "mock"}
+        for r, start in enumerate(range(0, models, MAX_MODELS_PER_ROUTE))
+    ]
+    config["prices"] = {name: {"input": 1.0, "output": 2.0} for name in names}
+    return config
+
+
+def test_the_real_message_at_the_largest_accepted_layout_is_within_the_estimate():
+    """The extension-server message the preview guards (core/xds_size.py; docs/message-size.md) at the largest layout
+    the validation accepts: the rig stack (every identity source, a class, a pool, usd and calls limits, a
+    suspended actor) serving as many model names as fit the smallest limit, 4Mi (64 a route). Envoy Gateway's real
+    route configurations and clusters are serialized with Envoy's protos (tests/support/proto_size.py) and its
+    listeners counted by their JSON text, which is longer than their wire form; the sum must be within the estimate
+    the validation computed, with the margin stated here. Seen failing with PER route allowances set to 0."""
+    from core.settings import ConfigError
+    from core.validation import message_estimate, validate_stack
+    from rig import cache
+    from tests.support.proto_size import side_python, wire_sizes
+
+    def accepted(models: int) -> bool:
+        try:
+            validate_stack(_many_models(models), lambda key: (True, True))
+        except ConfigError:
+            return False
+        return True
+
+    low, high = 1, 2
+    while accepted(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if accepted(middle) else (low, middle)
+    config = _many_models(low)
+    validated = validate_stack(config, lambda key: (True, True))
+    settings = validated.settings
+    estimate = message_estimate(
+        validated.rules,
+        settings.routes,
+        len(settings.providers),
+        settings.gateway,
+        settings.identity,
+        settings.actors,
+        settings.suspended,
+    )
+    run = run_program(config)
+    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    assert translation.refusals() == []
+    sizes = wire_sizes(
+        side_python(cache.root()), list(translation.route_configs().values()), list(translation.clusters().values())
+    )
+    listeners = sum(len(json.dumps(listener)) for listener in translation.listeners().values())
+    real = sizes["routes"] + sizes["clusters"] + listeners
+    assert real <= estimate.total_bytes, (low, real, estimate.total_bytes)
+    # The margin this layout leaves (the allowances are generous by design): recorded in docs/message-size.md.
+    assert 1.0 < estimate.total_bytes / real < 2.0, (low, real, estimate.total_bytes)
