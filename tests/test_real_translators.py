@@ -313,7 +313,8 @@ def test_the_real_message_at_the_largest_accepted_layout_is_within_the_estimate(
     suspended actor) serving as many model names as fit the smallest limit, 4Mi (64 a route). Envoy Gateway's real
     route configurations and clusters are serialized with Envoy's protos (tests/support/proto_size.py) and its
     listeners counted by their JSON text, which is longer than their wire form; the sum must be within the estimate
-    the validation computed, with the margin stated here. Seen failing with PER route allowances set to 0."""
+    the validation computed, with the margin stated here. Seen failing when the estimate counted the rate limits on
+    one listener only (the validation then accepted 132 names, whose real message outgrew the estimate)."""
     from core.settings import ConfigError
     from core.validation import message_estimate, validate_stack
     from rig import cache
