@@ -15,14 +15,14 @@ What it starts, all inside a fresh network namespace (`unshare --net`, loopback 
   certificate holds), and the gRPC port is moved off 8081, where Envoy Gateway's health probe listens;
 * `redis-server` on loopback, with a password.
 
-The objects are the program's own, from a run of `__main__.py` under Pulumi mocks with `Pulumi.<stack>.yaml`
-(as tests/support/program.py does): GatewayClass, Gateway, EnvoyProxy, the Backends, the BackendTrafficPolicy, and
-for each AIGatewayRoute a plain HTTPRoute to the same Backend standing in for what Agent Router's controller makes
-(the rate-limit configuration comes from the policy and the routes of the Gateway, not from the route's filters:
-envoyproxy/gateway v1.9.0 `internal/xds/translator/ratelimit.go` `BuildRateLimitServiceConfig`). One change to the
-policy: each rule loses `cost.request`, whose `uint64` the File provider cannot store (see `program_objects`); it
-only sets Envoy's `hits_addend`, not the service's configuration. `--replicas` ratelimit processes (2, as the prod
-stack runs) share the node id, as the Deployment's pods do.
+The objects are the program's own, from a run of `__main__.py` under Pulumi mocks with `Pulumi.<stack>.yaml` (as
+tests/support/program.py does): GatewayClass, Gateway, EnvoyProxy, the Backends, the BackendTrafficPolicy, and for
+each AIGatewayRoute the HTTPRoute and HTTPRouteFilters Agent Router's controller makes
+(tests/support/agent_router_routes.py; the rate-limit configuration comes from the policy and the routes of the
+Gateway, not from the route's filters: envoyproxy/gateway v1.9.0 `internal/xds/translator/ratelimit.go`
+`BuildRateLimitServiceConfig`). One change to the policy: each rule loses `cost.request`, whose `uint64` the File
+provider cannot store (see `program_objects`); it only sets Envoy's `hits_addend`, not the service's configuration.
+`--replicas` ratelimit processes (2, as the prod stack runs) share the node id, as the Deployment's pods do.
 
 The experiment: wait until ratelimit's loaded configuration (its debug endpoint `/rlconfig`, envoyproxy/ratelimit
 `src/service_cmd/runner/runner.go`) shows the stack's default budget; spend some of one actor's budget through
@@ -74,6 +74,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core.ratelimit_model import rules_for_actor  # noqa: E402
+from tests.support.agent_router_routes import envoy_gateway_objects  # noqa: E402
 from tests.support.egctl import whole_numbers  # noqa: E402
 from tests.support.program import run_program, stack_config  # noqa: E402
 from tests.support.redis_server import SERVER_ENV, redis_binaries  # noqa: E402
@@ -92,6 +93,8 @@ FIRST_SPEND = 123
 """Tokens charged to the sample actor before the first change."""
 
 KEPT_KINDS = ("GatewayClass", "Gateway", "EnvoyProxy", "Backend")
+ROUTE_KINDS = ("AIGatewayRoute", "AIServiceBackend")
+"""What tests/support/agent_router_routes.py turns into the HTTPRoutes Agent Router's controller creates."""
 LIMIT_LINE = re.compile(r"^(?P<key>\S+): unit=(?P<unit>\w+) requests_per_unit=(?P<limit>\d+),")
 
 
@@ -120,18 +123,8 @@ def program_objects(stack: str, tokens: int | None) -> list[dict[str, Any]]:
         config["budgets"]["default"]["tokens"] = tokens
     run = run_program(config)
     objects = [whole_numbers(r.as_object()) for kind in KEPT_KINDS for r in run.of_kind(kind)]
-    objects += [_route_stand_in(whole_numbers(r.as_object())) for r in run.of_kind("AIGatewayRoute")]
-    services = {
-        (r.inputs["metadata"].get("namespace"), r.inputs["metadata"]["name"]): r.inputs
-        for r in run.of_kind("AIServiceBackend")
-    }
-    for route in objects:
-        if route["kind"] == "HTTPRoute":
-            for rule in route["spec"]["rules"]:
-                rule["backendRefs"] = [
-                    dict(services[(route["metadata"].get("namespace"), ref["name"])]["spec"]["backendRef"])
-                    for ref in rule["backendRefs"]
-                ]
+    # What Agent Router's controller makes of each AIGatewayRoute: an HTTPRoute and its two HTTPRouteFilters.
+    objects += envoy_gateway_objects(whole_numbers(r.as_object()) for kind in ROUTE_KINDS for r in run.of_kind(kind))
     policy = whole_numbers(run.one("BackendTrafficPolicy").as_object())
     for rule in policy["spec"]["rateLimit"]["global"]["rules"]:
         # EG v1.9.0's File provider stores each object through controller-runtime's fake client, whose type
@@ -141,36 +134,6 @@ def program_objects(stack: str, tokens: int | None) -> list[dict[str, Any]]:
         (rule.get("cost") or {}).pop("request", None)
     objects.append(policy)
     return objects
-
-
-def _route_stand_in(route: dict[str, Any]) -> dict[str, Any]:
-    """A plain HTTPRoute with the AIGatewayRoute's parents and header matches (its backends resolved later)."""
-    spec = route["spec"]
-    return {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": route["metadata"]["name"], "namespace": route["metadata"]["namespace"]},
-        "spec": {
-            "parentRefs": spec["parentRefs"],
-            "rules": [
-                {
-                    "matches": [
-                        {
-                            "path": {"type": "PathPrefix", "value": "/"},
-                            **({"headers": m["headers"]} if m.get("headers") else {}),
-                        }
-                        for m in rule.get("matches") or []
-                    ],
-                    "backendRefs": rule["backendRefs"],
-                }
-                for rule in spec["rules"]
-            ],
-        },
-    }
-
-
-def _headers(match: dict[str, Any]) -> dict[str, Any]:
-    return {"headers": match["headers"]} if match.get("headers") else {}
 
 
 def write_atomically(path: Path, documents: list[dict[str, Any]]) -> None:
