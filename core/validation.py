@@ -346,6 +346,20 @@ def message_estimate(
     )
 
 
+def stack_message_estimate(stack: ValidatedStack) -> xds_size.MessageEstimate:
+    """The extension-server message of a validated stack, as its validation computed it (`message_estimate`)."""
+    settings = stack.settings
+    return message_estimate(
+        stack.rules,
+        settings.routes,
+        len(settings.providers),
+        settings.gateway,
+        settings.identity,
+        settings.actors,
+        settings.suspended,
+    )
+
+
 def message_size_problems(estimate: xds_size.MessageEstimate, platform: PlatformSettings) -> list[Problem]:
     """The extension-server message must fit the configured cap with headroom (docs/message-size.md).
 

@@ -59,7 +59,7 @@ def go_environment(cache_root: Path, toolchain: str, base: Mapping[str, str] | N
     for name in ("GOOS", "GOARCH", "GOBIN", "GOFLAGS", "GOWORK"):
         env.pop(name, None)
     env.update(
-        GOMODCACHE=str(cache_root / "go" / "mod"),
+        GOMODCACHE=str(cache.module_cache(cache_root)),
         GOCACHE=str(cache_root / "go" / "build"),
         CGO_ENABLED="0",
         GOFLAGS="-mod=mod -buildvcs=false",

@@ -37,6 +37,12 @@ def root(environ: Mapping[str, str] | None = None) -> Path:
     return base / "agent-budgets"
 
 
+def module_cache(cache_root: Path | None = None) -> Path:
+    """GOMODCACHE of every build, `go/mod` under the root: where the pinned modules' sources are (Envoy Gateway's chart
+    and CRDs among them)."""
+    return (cache_root or root()) / "go" / "mod"
+
+
 def piece_dir(cache_root: Path, piece: GoPiece | ChartPiece) -> Path:
     """`bin/<piece>-<version>` or `charts/<chart>-<version>`."""
     kind = "charts" if isinstance(piece, ChartPiece) else "bin"

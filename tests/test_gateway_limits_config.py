@@ -20,7 +20,7 @@ from core import platform_values as pv
 from core import xds_size
 from core.problems import ConfigError
 from core.settings import go_url_parse_error
-from core.validation import message_estimate, validate_stack
+from core.validation import stack_message_estimate, validate_stack
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQk9P\nbm90IGEgcmVhbCBjZXJ0\n-----END CERTIFICATE-----\n"
 
@@ -53,16 +53,7 @@ def _validate(raw: dict[str, Any]):
 def _needed_bytes(raw: dict[str, Any]) -> int:
     """The limit the configuration needs, computed the way validation does (with the default limit raised)."""
     stack = _validate({**raw, "platform": {"extensionMessageLimit": "512Mi"}})
-    settings = stack.settings
-    estimate = message_estimate(
-        stack.rules,
-        settings.routes,
-        len(settings.providers),
-        settings.gateway,
-        settings.identity,
-        settings.actors,
-        settings.suspended,
-    )
+    estimate = stack_message_estimate(stack)
     return estimate.required_limit()
 
 

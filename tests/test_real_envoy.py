@@ -23,7 +23,8 @@ from core.ratelimit_model import PolicyModel
 from core.suspension import REFUSED_BODY, SERVICE_ACCOUNT_TOKEN_REFUSED_BODY, one_actor_id_rule
 from tests.support.budgets import classes_layout
 from tests.support.ci import skip_or_fail
-from tests.support.egctl import Translation, translate
+from tests.support.egctl import Translation, program_objects, translate
+from tests.support.egctl import cluster_objects as egctl_cluster_objects
 from tests.support.gateway_auth import API_KEY_REFUSED, JWT_MISSED, answer
 from tests.support.program import ProgramRun, plain, run_program, stack_config
 from tests.support.real_envoy import (
@@ -34,7 +35,7 @@ from tests.support.real_envoy import (
     running_envoy,
 )
 from tests.support.real_tools import real_tool
-from tests.support.tokens import Signer, jwks_config_map
+from tests.support.tokens import Signer
 
 NAMESPACE = "agent-budgets"
 HTTP = f"{NAMESPACE}/agent-router/http"
@@ -62,16 +63,9 @@ def bearer(token: str) -> tuple[str, str]:
     return ("authorization", f"Bearer {token}")
 
 
-def objects(run: ProgramRun) -> list[dict[str, Any]]:
-    return [plain(r.as_object()) for r in run.resources if r.type.startswith("kubernetes:") and "helm.sh" not in r.type]
-
-
 def cluster_objects() -> list[dict[str, Any]]:
-    """The JWKS ConfigMaps `make up` fills on a cluster (substrate.trust localJwks, identity.kubernetes configMap)."""
-    return [
-        jwks_config_map("substrate-actor-jwks", NAMESPACE, SUBSTRATE_SIGNER),
-        jwks_config_map("kubernetes-service-account-jwks", NAMESPACE, KUBERNETES_SIGNER),
-    ]
+    """The cluster's own objects the translation needs (tests/support/egctl.py), with the keys the tests sign with."""
+    return egctl_cluster_objects(NAMESPACE, SUBSTRATE_SIGNER, KUBERNETES_SIGNER)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +75,7 @@ def rig_run() -> ProgramRun:
 
 @pytest.fixture(scope="module")
 def translation(rig_run: ProgramRun) -> Translation:
-    translated = translate(real_tool("egctl"), objects(rig_run), NAMESPACE, cluster_objects())
+    translated = translate(real_tool("egctl"), program_objects(rig_run), NAMESPACE, cluster_objects())
     assert translated.refusals() == [], "the rig stack is accepted as a whole (tests/test_real_translators.py)"
     return translated
 
@@ -123,7 +117,7 @@ def recorded(
 def _undone(run: ProgramRun, *, extract_from: bool = False, one_actor_id: bool = False) -> list[dict[str, Any]]:
     """The rig stack's objects with fixes of issue 30 undone: no JWT provider says where its token is (hole 1),
     and/or no authorization starts with the `one-actor-id` rule (hole 3)."""
-    undone = copy.deepcopy(objects(run))
+    undone = copy.deepcopy(program_objects(run))
     for obj in undone:
         if obj["kind"] != "SecurityPolicy":
             continue
@@ -433,7 +427,7 @@ def test_a_ten_thousand_actor_layout_is_charged_as_the_model_predicts(services):
     config["budgetPolicy"] = {"exclusionSlots": 255}
     config["identity"] = {"sources": ["substrate"]}
     run = run_program(config)
-    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    translation = translate(real_tool("egctl"), program_objects(run), NAMESPACE, cluster_objects())
     assert translation.refusals() == []
     policy = plain(run.one("BackendTrafficPolicy").inputs)
     rules = policy["spec"]["rateLimit"]["global"]["rules"]

@@ -11,18 +11,11 @@ trusting Substrate's IdP through one is also translated with the same CA in a Co
 from __future__ import annotations
 
 import copy
-import datetime
-import importlib
 import json
-import pkgutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from envoy.config.route.v3 import route_components_pb2
 from google.protobuf import json_format
 
@@ -31,10 +24,12 @@ from core.filter_chain import sort_http_filters
 from core.ratelimit_model import translation_errors
 from core.suspension import ONE_ACTOR_ID_CEL
 from scripts.gen_resource_baseline import stack_inputs
-from tests.support.egctl import Translation, translate
+from tests.support.egctl import Translation, program_objects, translate
+from tests.support.egctl import cluster_objects as egctl_cluster_objects
 from tests.support.program import ProgramRun, plain, run_program, stack_config
+from tests.support.proto_size import import_types
 from tests.support.real_tools import real_tool
-from tests.support.tokens import Signer, jwks_config_map
+from tests.support.tokens import Signer
 
 NAMESPACE = "agent-budgets"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -43,47 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STACKS = sorted({p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in ROOT.glob("Pulumi.*.yaml")} | {"full"})
 
 
-def _ca_pem() -> str:
-    """A self-signed CA certificate (PEM), as the IdP's CA in a ConfigMap would be."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "substrate-idp-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
-
-
 def cluster_objects() -> list[dict[str, Any]]:
-    """What a cluster holds that the program does not create: the JWKS ConfigMaps and the IdP CA ConfigMap."""
-    return [
-        jwks_config_map("substrate-actor-jwks", NAMESPACE, Signer("substrate")),
-        jwks_config_map("kubernetes-service-account-jwks", NAMESPACE, Signer("kubernetes")),
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "substrate-idp-ca", "namespace": NAMESPACE},
-            "data": {"ca.crt": _ca_pem()},
-        },
-        {  # what every namespace holds (kube-controller-manager's root CA publisher): identity.kubernetes apiServer
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "kube-root-ca.crt", "namespace": NAMESPACE},
-            "data": {"ca.crt": _ca_pem()},
-        },
-    ]
-
-
-def objects(run: ProgramRun) -> list[dict[str, Any]]:
-    return [plain(r.as_object()) for r in run.resources if r.type.startswith("kubernetes:") and "helm.sh" not in r.type]
+    """The cluster's own objects the translation needs (tests/support/egctl.py), with keys no test signs with."""
+    return egctl_cluster_objects(NAMESPACE, Signer("substrate"), Signer("kubernetes"))
 
 
 def stack_run(stack: str, *, trust_in_config_map: bool = False) -> ProgramRun:
@@ -109,7 +66,7 @@ def translated(stack: str, *, trust_in_config_map: bool = False) -> tuple[Progra
     key = (stack, trust_in_config_map)
     if key not in _TRANSLATIONS:
         run = stack_run(stack, trust_in_config_map=trust_in_config_map)
-        _TRANSLATIONS[key] = (run, translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects()))
+        _TRANSLATIONS[key] = (run, translate(real_tool("egctl"), program_objects(run), NAMESPACE, cluster_objects()))
     return _TRANSLATIONS[key]
 
 
@@ -139,7 +96,7 @@ def test_a_broken_policy_is_refused_by_envoy_gateway_as_the_model_says():
     (internal/gatewayapi/backendtrafficpolicy.go `buildRateLimitRule`): the whole policy is refused. The rate-limit
     model (`translation_errors`) says the same; both are needed for the check above to mean anything."""
     run, _ = translated("rig")
-    broken = copy.deepcopy(objects(run))
+    broken = copy.deepcopy(program_objects(run))
     [policy] = [o for o in broken if o["kind"] == "BackendTrafficPolicy"]
     rules = policy["spec"]["rateLimit"]["global"]["rules"]
     rules[0]["clientSelectors"][0]["headers"][0]["invert"] = True
@@ -189,29 +146,11 @@ def test_every_jwt_provider_reads_only_the_authorization_header_and_writes_the_a
         assert provider["claimToHeaders"] == [{"claimName": "sub", "headerName": "x-actor-id"}]
 
 
-def _import_types(value: Any) -> None:
-    """Import the generated modules of every `@type` in `value`, so the protobuf JSON parser knows them: each type's
-    package (`envoy.extensions.filters.http.jwt_authn.v3`) is a Python package of xds-protos."""
-    if isinstance(value, dict):
-        type_url = value.get("@type")
-        if isinstance(type_url, str):
-            package = type_url.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-            module = importlib.import_module(package)
-            for found in pkgutil.iter_modules(module.__path__):
-                if found.name.endswith("_pb2"):
-                    importlib.import_module(f"{package}.{found.name}")
-        for item in value.values():
-            _import_types(item)
-    elif isinstance(value, list):
-        for item in value:
-            _import_types(item)
-
-
 def _route_message(route: dict[str, Any]) -> route_components_pb2.Route:
     """A translated route as the protobuf Envoy receives. The xds-protos release here predates
     `CelExpression.cel_expr_parsed` (field 3), so that field is read as the older `parsed_expr` (field 1): the same
     message type on the wire (authorization.go `parseCELToProto`), and a field number of the same size."""
-    _import_types(route)
+    import_types(route)
     import google.api.expr.v1alpha1.syntax_pb2  # noqa: F401 (the parsed_expr message)
 
     text = json.dumps(route).replace('"celExprParsed"', '"parsedExpr"')
@@ -282,7 +221,7 @@ def test_a_route_with_the_most_model_names_the_settings_accept_is_accepted():
     config["routes"] = [{"name": "mock-small", "models": names[:MAX_MODELS_PER_ROUTE], "provider": "mock"}]
     config["prices"] = {name: {"input": 1.0, "output": 2.0} for name in names}
     run = run_program(config)
-    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    translation = translate(real_tool("egctl"), program_objects(run), NAMESPACE, cluster_objects())
     assert translation.refusals() == []
     assert len(translation.routes(f"{NAMESPACE}/agent-router/http")) == MAX_MODELS_PER_ROUTE + 1  # + not-found
     config["routes"][0]["models"] = names
@@ -316,7 +255,7 @@ def test_the_real_message_at_the_largest_accepted_layout_is_within_the_estimate(
     the validation computed, with the margin stated here. Seen failing when the estimate counted the rate limits on
     one listener only (the validation then accepted 132 names, whose real message outgrew the estimate)."""
     from core.settings import ConfigError
-    from core.validation import message_estimate, validate_stack
+    from core.validation import stack_message_estimate, validate_stack
     from rig import cache
     from tests.support.proto_size import side_python, wire_sizes
 
@@ -335,18 +274,9 @@ def test_the_real_message_at_the_largest_accepted_layout_is_within_the_estimate(
         low, high = (middle, high) if accepted(middle) else (low, middle)
     config = _many_models(low)
     validated = validate_stack(config, lambda key: (True, True))
-    settings = validated.settings
-    estimate = message_estimate(
-        validated.rules,
-        settings.routes,
-        len(settings.providers),
-        settings.gateway,
-        settings.identity,
-        settings.actors,
-        settings.suspended,
-    )
+    estimate = stack_message_estimate(validated)
     run = run_program(config)
-    translation = translate(real_tool("egctl"), objects(run), NAMESPACE, cluster_objects())
+    translation = translate(real_tool("egctl"), program_objects(run), NAMESPACE, cluster_objects())
     assert translation.refusals() == []
     sizes = wire_sizes(
         side_python(cache.root()), list(translation.route_configs().values()), list(translation.clusters().values())

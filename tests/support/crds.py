@@ -42,6 +42,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 from jsonschema.exceptions import ValidationError
 
+from rig import cache
 from tests.support.ci import skip_or_fail
 
 ENV_VAR = "AGENT_BUDGETS_CRDS"
@@ -85,24 +86,13 @@ MODULE_CRDS: dict[str, tuple[str, str, str]] = {
 as scripts/crds.sha256 records). The module zip is checked by the go command against the checksum database."""
 
 
-def module_cache() -> Path:
-    """The Go module cache of the pinned tools (rig/cache.py lays it out: `<cache root>/go/mod`)."""
-    env = os.environ
-    if env.get("AGENT_BUDGETS_CACHE"):
-        base = Path(env["AGENT_BUDGETS_CACHE"])
-    else:
-        home = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-        base = home / "agent-budgets"
-    return base / "go" / "mod"
-
-
 def module_crd_documents() -> list[dict[str, Any]]:
     """The MODULE_CRDS documents found in the module cache, each checked against its recorded digest (`make tools`
     runs before the suite, so none is missing on CI)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     docs: list[dict[str, Any]] = []
     for name, (module, folder, digest) in MODULE_CRDS.items():
-        path = module_cache() / module / folder / name
+        path = cache.module_cache() / module / folder / name
         if not path.is_file():  # no Go here: an object of that kind then fails validation naming `make tools`
             continue
         text = path.read_bytes()

@@ -16,6 +16,7 @@ ConfigMaps `make up` fills) are passed in as `cluster_objects`.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import subprocess
 import tempfile
@@ -25,8 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.support.agent_router_routes import envoy_gateway_objects
+from tests.support.program import ProgramRun, plain
+from tests.support.tokens import Signer, jwks_config_map
 
 TRANSLATED_KINDS = frozenset(
     {
@@ -163,6 +170,53 @@ def _conditions(status: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     for group in ("listeners", "parents", "ancestors"):
         for entry in status.get(group) or []:
             yield from entry.get("conditions") or []
+
+
+def program_objects(run: ProgramRun) -> list[dict[str, Any]]:
+    """Every Kubernetes object a program run registered, as a cluster would receive it (Helm releases left out: what
+    they install is not the program's to translate)."""
+    return [plain(r.as_object()) for r in run.resources if r.type.startswith("kubernetes:") and "helm.sh" not in r.type]
+
+
+def ca_certificate_pem(name: str) -> str:
+    """A self-signed CA certificate (PEM), as a CA bundle in a ConfigMap would hold."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _ca_config_map(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"ca.crt": ca_certificate_pem(name)},
+    }
+
+
+def cluster_objects(namespace: str, substrate: Signer, kubernetes: Signer) -> list[dict[str, Any]]:
+    """What a cluster holds that the program does not create: the JWKS ConfigMaps `make up` fills (substrate.trust
+    `localJwks`, identity.kubernetes `configMap`), signed for by `substrate` and `kubernetes`; the IdP's CA (trust
+    mode `configMap`); and `kube-root-ca.crt`, which kube-controller-manager's root CA publisher puts in every
+    namespace (identity.kubernetes `apiServer`)."""
+    return [
+        jwks_config_map("substrate-actor-jwks", namespace, substrate),
+        jwks_config_map("kubernetes-service-account-jwks", namespace, kubernetes),
+        _ca_config_map("substrate-idp-ca", namespace),
+        _ca_config_map("kube-root-ca.crt", namespace),
+    ]
 
 
 class TranslateError(AssertionError):

@@ -25,7 +25,7 @@ from typing import Any
 SIDE_XDS_PROTOS = "1.85.0"
 
 
-def _import_types(value: Any) -> None:
+def import_types(value: Any) -> None:
     """Import the generated modules of every `@type` in `value`, so the JSON parser resolves each Any."""
     if isinstance(value, dict):
         type_url = value.get("@type")
@@ -36,10 +36,10 @@ def _import_types(value: Any) -> None:
                 if found.name.endswith("_pb2"):
                     importlib.import_module(f"{package}.{found.name}")
         for item in value.values():
-            _import_types(item)
+            import_types(item)
     elif isinstance(value, list):
         for item in value:
-            _import_types(item)
+            import_types(item)
 
 
 def _main() -> None:
@@ -53,7 +53,7 @@ def _main() -> None:
         total = 0
         for item in given[kind]:
             item = {key: value for key, value in item.items() if key != "@type"}
-            _import_types(item)
+            import_types(item)
             total += json_format.ParseDict(item, message_class()).ByteSize()
         sizes[kind] = total
     json.dump(sizes, sys.stdout)
