@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
 .PHONY: help venv test lint tools unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend simulate \
-	egress-orphans
+	egress-orphans rig rig-down
 
 help:
 	@echo "make test       lint, build the real upstream tools (when Go is present), run the whole unit suite"
@@ -23,6 +23,8 @@ help:
 	@echo "make crds       fetch the pinned upstream CRD files for the schema tests"
 	@echo "make docs       regenerate the generated blocks of docs/ (configuration reference, outputs, message sizes, simulation)"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
+	@echo "make rig        a real single-node cluster on this machine (root): builds what is missing, runs the node's checks"
+	@echo "make rig-down   remove every process, mount, cgroup, rule and namespace of the rig, and say what was removed"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -132,3 +134,11 @@ docs: $(STAMP)
 
 crds:
 	bash scripts/fetch-crds.sh
+
+# The rig (docs/rig.md): a real node in a network namespace of its own, every image built here. Not part of `make
+# test` (it needs root and the machine for minutes); its unit tests are (tests/test_rig_node.py).
+rig: $(STAMP)
+	$(BIN)/python -m rig up
+
+rig-down: $(STAMP)
+	$(BIN)/python -m rig down

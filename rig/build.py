@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -51,9 +52,12 @@ def elapsed(seconds: float) -> str:
     return f"{whole}s" if whole < 60 else f"{whole // 60}m{whole % 60:02d}s"
 
 
-def go_environment(cache_root: Path, toolchain: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of every go command: the cache's GOMODCACHE and GOCACHE, no cgo (static binaries, no C
-    compiler needed), the piece's toolchain, and nothing from the caller's shell that would change what is built
+def go_environment(
+    cache_root: Path, toolchain: str, base: Mapping[str, str] | None = None, *, cgo: bool = False
+) -> dict[str, str]:
+    """The environment of every go command: the cache's GOMODCACHE and GOCACHE, no cgo unless the piece needs it
+    (static binaries, no C compiler needed; runc's seccomp filter is C), the piece's toolchain, and nothing from
+    the caller's shell that would change what is built
     (GOOS, GOARCH, GOBIN, a go.work, GOFLAGS)."""
     env = dict(os.environ if base is None else base)
     for name in ("GOOS", "GOARCH", "GOBIN", "GOFLAGS", "GOWORK"):
@@ -61,7 +65,7 @@ def go_environment(cache_root: Path, toolchain: str, base: Mapping[str, str] | N
     env.update(
         GOMODCACHE=str(cache.module_cache(cache_root)),
         GOCACHE=str(cache_root / "go" / "build"),
-        CGO_ENABLED="0",
+        CGO_ENABLED="1" if cgo else "0",
         GOFLAGS="-mod=mod -buildvcs=false",
         GOTOOLCHAIN=toolchain,
         GOWORK="off",
@@ -170,13 +174,30 @@ def _fresh(directory: Path) -> Iterator[Path]:
     scratch.replace(directory)
 
 
+def up_to_date(piece: GoPiece | ChartPiece, cache_root: Path) -> bool:
+    """Whether a piece is current, asked without the build lock and without writing its log: what `go env` and the
+    module's go.mod say (reading the module cache is safe beside a build), against the piece's record."""
+    directory = cache.piece_dir(cache_root, piece)
+    if isinstance(piece, ChartPiece):
+        return cache.is_current(piece, directory, cache.declared_inputs(piece))
+    env = go_environment(cache_root, piece.toolchain, cgo=piece.cgo)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as scratch_log:
+        try:
+            platform = go_platform(env, scratch_log)
+            info = download_module(piece.module, piece.version, env, scratch_log)
+            upstream = gomod.parse(Path(info["GoMod"]).read_text(encoding="utf-8"))
+        except (subprocess.CalledProcessError, OSError, ValueError):
+            return False
+    return cache.is_current(piece, directory, expected_go_inputs(piece, platform, upstream))
+
+
 def build_go(piece: GoPiece, cache_root: Path, say: Say = _say) -> tuple[Path, bool]:
     """Build a Go piece unless it is current: (its directory, whether it was built now)."""
     directory = cache.piece_dir(cache_root, piece)
     log_file = cache.log_path(cache_root, piece)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     label = f"{piece.name} {piece.version}"
-    env = go_environment(cache_root, piece.toolchain)
+    env = go_environment(cache_root, piece.toolchain, cgo=piece.cgo)
     with log_file.open("w", encoding="utf-8") as log:
         try:
             platform = go_platform(env, log)
@@ -351,6 +372,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"{len(pieces)} piece(s) into {cache_root}: {', '.join(piece.name for piece in pieces)}")
     failures: list[BuildError] = []
     started = time.monotonic()
+    # Nothing to build: say so without waiting for another build's lock (a long rig build must not hold up the
+    # suite's `make tools`).
+    if all(up_to_date(piece, cache_root) for piece in pieces):
+        for piece in pieces:
+            _say(f"{piece.name} {piece.version}: up to date ({cache.piece_dir(cache_root, piece)})")
+        _say(f"done in {elapsed(time.monotonic() - started)}")
+        return 0
     with build_lock(cache_root):
         for piece in pieces:
             try:

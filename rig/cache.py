@@ -98,6 +98,8 @@ def declared_inputs(piece: GoPiece | ChartPiece) -> dict[str, Any]:
         "tags": list(piece.tags),
         "toolchain": piece.toolchain,
         "local_replace_version": piece.local_replace_version,
+        # Named only where it is on, so the records of the static pieces built before the key existed stay current.
+        **({"cgo": True} if piece.cgo else {}),
     }
 
 

@@ -22,6 +22,8 @@ NAME = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$")]
 GO_VERSION = Annotated[str, StringConstraints(pattern=r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+incompatible)?$")]
 MODULE = Annotated[str, StringConstraints(pattern=r"^[a-z0-9.-]+\.[a-z]+(/[A-Za-z0-9._~-]+)*$")]
 PACKAGE_PATH = Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*)?$")]
+# A Go build constraint: letters, digits, underscores and dots (https://pkg.go.dev/cmd/go#hdr-Build_constraints).
+BUILD_TAG = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.]+$")]
 TOOLCHAIN = Annotated[str, StringConstraints(pattern=r"^(local|go\d+\.\d+(\.\d+)?)$")]
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
@@ -58,8 +60,9 @@ class GoPiece(_Model):
     commit: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = None
     ldflags: tuple[str, ...] = ()
     ldflags_source: str
-    tags: tuple[NAME, ...] = ()
+    tags: tuple[BUILD_TAG, ...] = ()
     toolchain: TOOLCHAIN = "local"
+    cgo: bool = False
     local_replace_version: GO_VERSION | None = None
     note: str = ""
 

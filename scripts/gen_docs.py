@@ -17,6 +17,7 @@ The pages and what writes them:
   (tests/support/enforcement.py, `make simulate`);
 * docs/deploy.md: the Kubernetes permissions a deployment needs, from what the program registers for the prod
   stack, the prod stack with the in-cluster Redis and the `full` stack (scripts/cluster_permissions.py);
+* docs/rig.md: every image the rig builds, what it stands for and how it differs (rig/catalog.py);
 * plugin/schema.json (a whole file): the component package's schema, inferred in this process from
   `AgentBudgets` as the plugin's GetSchema answers it (agent_budgets/package.py).
 
@@ -130,6 +131,13 @@ def dashboard_blocks() -> dict[str, str]:
     return {"panels": panel_table(validated.settings, validated.rules)}
 
 
+def rig_blocks() -> dict[str, str]:
+    """The GENERATED block of docs/rig.md: every image the rig builds (rig/catalog.py)."""
+    from rig.catalog import image_table
+
+    return {"rig-images": image_table()}
+
+
 DOCS: dict[str, Callable[[], dict[str, str]]] = {
     "docs/configuration.md": configuration_blocks,
     "docs/outputs.md": output_blocks,
@@ -137,6 +145,7 @@ DOCS: dict[str, Callable[[], dict[str, str]]] = {
     "docs/dashboard.md": dashboard_blocks,
     "docs/budgets.md": simulation_blocks,
     "docs/deploy.md": cluster_permissions.blocks,
+    "docs/rig.md": rig_blocks,
 }
 
 

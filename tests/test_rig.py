@@ -35,7 +35,8 @@ def test_the_versions_file_parses_and_every_go_piece_names_a_module_version_and_
     go = {name: piece for name, piece in versions.pieces.items() if isinstance(piece, GoPiece)}
     assert set(go) == {
         *("egctl", "envoy-gateway", "helm", "promtool"),
-        *("kwok", "ratelimit", "etcd", "kubernetes", "pulumi"),
+        *("ratelimit", "etcd", "kubernetes", "pulumi"),
+        *("containerd", "runc", "coredns", "registry", "local-path-provisioner"),
     }
     for piece in go.values():
         assert re.fullmatch(r"[a-z0-9.-]+\.[a-z]+(/\S+)*", piece.module), piece.name
@@ -374,6 +375,39 @@ def test_a_piece_is_built_once_and_skipped_while_its_inputs_hold(fake_go, tmp_pa
     (directory / "helper").unlink()
     assert build.build_go(changed, root, say.append)[1]
     assert build.build_go(changed, root, say.append)[1] is False
+
+
+def test_a_current_piece_is_not_held_up_by_another_builds_lock(fake_go, tmp_path, monkeypatch, capsys):
+    """`make tools` while the rig builds something long: with everything current it answers at once instead of
+    waiting for the lock (it used to wait for the whole other build); with something to build it still waits."""
+    import fcntl
+    import threading
+
+    from rig.versions import Versions
+
+    root = tmp_path / "cache"
+    piece = _tool_piece()
+    build.build_go(piece, root, lambda line: None)
+    fake_go()
+    versions = Versions(pieces={"tool": piece}, default=("tool",))
+    monkeypatch.setattr(build, "load", lambda: versions)
+    with (root / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert build.main(["tool"]) == 0
+        out = capsys.readouterr().out
+        assert f"tool v1.2.3: up to date ({root / 'bin' / 'tool-v1.2.3'})" in out
+        assert "waiting for another build" not in out
+        assert not [call for call in fake_go() if call[0] == "install"]
+        (root / "bin" / "tool-v1.2.3" / "helper").unlink()
+        result: list[int] = []
+        waiting = threading.Thread(target=lambda: result.append(build.main(["tool"])))
+        waiting.start()
+        waiting.join(timeout=3)
+        assert waiting.is_alive() and not result
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    waiting.join(timeout=30)
+    assert result == [0]
+    assert "waiting for another build to finish" in capsys.readouterr().out
 
 
 def test_tool_answers_only_for_a_binary_built_from_the_declared_inputs(fake_go, tmp_path):

@@ -1,0 +1,299 @@
+"""`python -m rig up|down|kubectl|status`: the rig's node (`make rig`, `make rig-down`).
+
+- `up`: builds what is missing (rig.build), installs the Debian packages the node needs, builds and pushes the
+  images, brings the node up, runs the node's checks and writes the report (`<state>/runs/<run>/report.json`; the
+  newest is `<state>/runs/latest`). The cluster stays up for `kubectl` and the live checks until `down`. A failed
+  step, or Ctrl-C, takes down what was made (unless `--keep`), after naming the step and the log to read.
+- `down`: removes every process, mount, cgroup, iptables rule, interface and the network namespace of the rig, and
+  says what it removed.
+- `kubectl ARGS`: the rig's kubectl as the admin, inside the node's network namespace.
+- `status`: what of the rig is on the machine now.
+
+Not in `.ci/run`: it needs root, an unused machine for several minutes and the Debian mirror (debootstrap), and
+its checks take the machine's two cores for minutes; its unit tests (tests/test_rig_node.py) are in the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rig import addons, build, catalog, images, node, processes, teardown
+from rig.layout import Layout, default_layout
+from rig.node import Node
+from rig.processes import StepError
+
+PREFIX = "rig:"
+
+
+def say(line: str) -> None:
+    print(f"{PREFIX} {line}", flush=True)
+
+
+class Run:
+    """One `make rig`: its directory, its steps' evidence and checks' verdicts, written as the report."""
+
+    def __init__(self, layout: Layout) -> None:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.directory = layout.runs / stamp
+        (self.directory / "logs").mkdir(parents=True, exist_ok=True)
+        latest = layout.runs / "latest"
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(stamp)
+        self.started = time.monotonic()
+        self.report: dict[str, Any] = {
+            "run": stamp,
+            "directory": str(self.directory),
+            "steps": [],
+            "checks": [],
+            "machine": machine_facts(),
+        }
+
+    def write(self) -> Path:
+        self.report["seconds"] = round(time.monotonic() - self.started, 1)
+        path = self.directory / "report.json"
+        path.write_text(json.dumps(self.report, indent=2, default=str) + "\n", encoding="utf-8")
+        return path
+
+    def step(self, index: int, total: int, name: str, action: Callable[[], Any]) -> Any:
+        say(f"[{index}/{total}] {name} ...")
+        began = time.monotonic()
+        try:
+            evidence = action()
+        except StepError as error:
+            seconds = round(time.monotonic() - began, 1)
+            self.report["steps"].append({"step": name, "ok": False, "seconds": seconds, "error": str(error)})
+            self.write()
+            raise
+        seconds = round(time.monotonic() - began, 1)
+        self.report["steps"].append({"step": name, "ok": True, "seconds": seconds, "evidence": evidence})
+        self.write()
+        say(f"[{index}/{total}] {name}: done in {seconds} s")
+        return evidence
+
+
+def machine_facts() -> dict[str, Any]:
+    usage = shutil.disk_usage("/")
+    return {
+        "kernel": os.uname().release,
+        "cpus": os.cpu_count(),
+        "disk_free_gib": round(usage.free / 2**30, 1),
+    }
+
+
+def ensure_debian_tools() -> list[str]:
+    """Install the Debian packages the node needs that are missing; answer what was installed."""
+    missing = node.missing_debian_tools()
+    packages = sorted(set(missing.values()))
+    if not packages:
+        return []
+    say(f"installing Debian packages: {', '.join(packages)}")
+    update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, check=False)
+    install = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
+    if install.returncode != 0:
+        raise StepError(f"apt-get install {' '.join(packages)}: {install.stderr.strip() or update.stderr.strip()}")
+    return packages
+
+
+def ensure_binaries() -> dict[str, Path]:
+    """The node's binaries, building any that are missing or stale (rig.build skips what is current)."""
+    found, missing = node.find_binaries()
+    if missing:
+        versions = build.load()
+        pieces = sorted({versions.provider(name).name for name in missing})  # type: ignore[union-attr]
+        say(f"building {', '.join(pieces)} (rig.build; a cold build takes minutes)")
+        if build.main(pieces) != 0:
+            raise StepError(f"rig.build {' '.join(pieces)} failed (its log is named above)")
+        found, missing = node.find_binaries()
+        if missing:
+            raise StepError(f"not built: {', '.join(missing)}")
+    return found
+
+
+def build_node_images(layout: Layout, binaries: dict[str, Path], log: Path) -> list[images.BuiltImage]:
+    """Compile the pause program and build the node's images (no Debian base needed)."""
+    work = layout.images / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    pause = work / "pause"
+    source = Path(__file__).with_name("pause.c")
+    result = subprocess.run(
+        ["gcc", "-static", "-O2", "-o", str(pause), str(source)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise StepError(f"gcc rig/pause.c: {result.stderr.strip()}")
+    specs = catalog.node_images(binaries, pause)
+    base = images.debian_base_layer(layout.images, work, log, say) if any(s.debian_base for s in specs) else None
+    return [images.build_image(spec, layout.images, base) for spec in specs]
+
+
+def push_images(layout: Layout, built: Sequence[images.BuiltImage]) -> dict[str, str]:
+    pushed = {}
+    for image in built:
+        pushed[image.spec.reference] = images.push(image, layout.registry_address)
+    return pushed
+
+
+def up(layout: Layout, keep: bool) -> int:
+    leftovers = teardown.leftovers(layout)
+    if leftovers:
+        say(f"a rig is still on the machine ({len(leftovers)} things): taking it down first")
+        for line in teardown.tear_down(layout).lines():
+            say(f"  removed {line}")
+    run = Run(layout)
+    say(f"run {run.report['run']}: logs and report in {run.directory}")
+    binaries: dict[str, Path] = {}
+    built: list[images.BuiltImage] = []
+    steps: list[tuple[str, Callable[[], Any]]] = []
+
+    def prerequisites() -> dict[str, Any]:
+        installed = ensure_debian_tools()
+        binaries.update(ensure_binaries())
+        return {"debian_installed": installed, "binaries": {name: str(path) for name, path in sorted(binaries.items())}}
+
+    def node_images() -> dict[str, Any]:
+        built.extend(build_node_images(layout, binaries, run.directory / "logs" / "images.log"))
+        return {image.spec.reference: image.digest for image in built}
+
+    the_node = Node(layout=layout, run=run.directory, binaries=binaries, say=say)
+
+    def namespace() -> dict[str, Any]:
+        return node.make_network_namespace(layout)
+
+    def configuration() -> dict[str, Any]:
+        written = node.write_configuration(layout, binaries)
+        return {name: str(path) for name, path in written.items()}
+
+    def registry_and_runtime() -> dict[str, Any]:
+        evidence = node.start_registry_and_runtime(the_node)
+        evidence["pushed"] = push_images(layout, built)
+        return evidence
+
+    def cluster_addons() -> dict[str, Any]:
+        the_node.apply(addons.coredns(layout))
+        the_node.apply(addons.local_path_provisioner(layout))
+        return {
+            "coredns": node.wait_available(the_node, "deployment", "coredns", addons.DNS_NAMESPACE),
+            "local-path-provisioner": node.wait_available(
+                the_node, "deployment", "local-path-provisioner", addons.STORAGE_NAMESPACE
+            ),
+            "default_storage_class": the_node.kubectl("get", "storageclass", "-o", "name").strip(),
+        }
+
+    def node_checks() -> dict[str, Any]:
+        from rig import checks
+
+        results = checks.run_node_checks(the_node)
+        run.report["checks"].extend(results)
+        failed = [result["check"] for result in results if not result["ok"]]
+        if failed:
+            raise StepError(f"node checks failed: {', '.join(failed)} (report: {run.directory / 'report.json'})")
+        return {"passed": len(results)}
+
+    steps = [
+        ("prerequisites (Debian packages, rig.build)", prerequisites),
+        ("node images (pause, busybox, CoreDNS, local-path provisioner, Python on Debian)", node_images),
+        ("network namespace, bridge and drop rule", namespace),
+        ("certificates and configuration", configuration),
+        ("etcd and the control plane", lambda: node.start_control_plane(the_node)),
+        ("registry, containerd and the images pushed", registry_and_runtime),
+        ("kubelet and kube-proxy (node Ready)", lambda: node.start_node_agents(the_node)),
+        ("CoreDNS and the default StorageClass", cluster_addons),
+        ("the node's checks", node_checks),
+    ]
+    interrupted = {"yes": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        del frame
+        interrupted["yes"] = True
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    ready_at = None
+    try:
+        for index, (name, action) in enumerate(steps, start=1):
+            run.step(index, len(steps), name, action)
+            if name.startswith("kubelet"):
+                ready_at = round(time.monotonic() - run.started, 1)
+                run.report["seconds_to_ready_node"] = ready_at
+    except (StepError, KeyboardInterrupt, OSError, RuntimeError) as error:
+        what = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+        say(f"{what}: {error}")
+        say(f"logs: {run.directory / 'logs'}; report: {run.write()}")
+        if not keep:
+            say("taking down what was made (--keep leaves it)")
+            for line in teardown.tear_down(layout).lines():
+                say(f"  removed {line}")
+        return 1
+    report = run.write()
+    say(f"node Ready after {ready_at} s; the whole run {run.report['seconds']} s")
+    say(f"report: {report}")
+    say(f"kubectl: python -m rig kubectl get nodes   (kubeconfig {layout.kubeconfig('admin')}, in netns)")
+    return 0
+
+
+def down(layout: Layout) -> int:
+    removed = teardown.tear_down(layout)
+    for line in removed.lines():
+        say(f"removed {line}")
+    left = teardown.leftovers(layout)
+    if left:
+        say(f"still on the machine: {'; '.join(left)}")
+        return 1
+    say("nothing of the rig is left on the machine")
+    return 0 if not removed.problems else 1
+
+
+def kubectl(layout: Layout, args: Sequence[str]) -> int:
+    tool = node.find_binaries(["kubectl"])[0].get("kubectl")
+    if tool is None or not layout.netns_path.exists():
+        say("no rig is up (make rig)")
+        return 1
+    processes.enter_network_namespace(layout.netns_path)
+    os.execv(str(tool), [str(tool), "--kubeconfig", str(layout.kubeconfig("admin")), *args])
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rig", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    up_parser = commands.add_parser("up", help="bring the node up and run its checks (make rig)")
+    up_parser.add_argument("--keep", action="store_true", help="leave a failed rig up to look at")
+    commands.add_parser("down", help="remove every trace of the rig (make rig-down)")
+    commands.add_parser("status", help="what of the rig is on the machine")
+    kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
+    kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        say("the rig needs root (network namespaces, mounts, cgroups)")
+        return 2
+    layout = default_layout()
+    if options.command == "up":
+        return up(layout, options.keep)
+    if options.command == "down":
+        return down(layout)
+    if options.command == "kubectl":
+        return kubectl(layout, options.args)
+    left = teardown.leftovers(layout)
+    say("; ".join(left) if left else "nothing of the rig is on the machine")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
