@@ -106,6 +106,7 @@ class Platform(pulumi.ComponentResource):
             client_namespace=client_namespace,
             external_password=external_password,
             sentinel_password=redis_sentinel_password,
+            image_registry=settings.platform.images.registry,
             opts=pulumi.ResourceOptions(parent=self),
         )
 

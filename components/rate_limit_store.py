@@ -83,12 +83,14 @@ class RateLimitStore(pulumi.ComponentResource):
         client_namespace: pulumi.Input[str] = ENVOY_GATEWAY_NAMESPACE,
         external_password: pulumi.Input[str] | None = None,
         sentinel_password: pulumi.Input[str] | None = None,
+        image_registry: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         if redis.mode == "external" and external_password is None:
             external_password = read_external_password(redis)
         super().__init__("agent-budgets:platform:RateLimitStore", name, None, opts)
         self.redis = redis
+        self.image_registry = image_registry
         self.url = redis_url(redis)
         self.tls = redis_uses_tls(redis)
         self.namespace = self.password = self.auth_secret = self.config_map = None
@@ -188,7 +190,7 @@ class RateLimitStore(pulumi.ComponentResource):
         self.stateful_set = StatefulSet(
             f"{name}-redis",
             metadata={"name": REDIS_NAME, "namespace": namespace, "labels": labels},
-            spec=redis_stateful_set_spec(redis),
+            spec=redis_stateful_set_spec(redis, self.image_registry),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 protect=redis.protect,

@@ -89,3 +89,32 @@ def image_reference_problem(image: str) -> str | None:
     if match.group(3):
         return _digest_problem(match.group(3))
     return None
+
+
+_REGISTRY = re.compile(rf"^{_DOMAIN_AND_PORT}(?:/{_PATH_COMPONENT})*\Z", re.ASCII)
+
+
+def registry_problem(registry: str) -> str | None:
+    """Why `registry` is not a registry host (with an optional port and path) an image name can start with, or
+    None: the same grammar as a reference's domain and path (regexp.go), without a scheme, tag or digest."""
+    if "://" in registry:
+        return "has a scheme: give the host (and port and path) only, e.g. registry.example.internal:5000/mirror"
+    if not _REGISTRY.match(registry):
+        return "is not a registry host with an optional :port and /path, e.g. registry.example.internal:5000/mirror"
+    host = registry.split("/", 1)[0]
+    if "." not in host and ":" not in host and host != "localhost":
+        return (
+            "has no '.' or ':' in its host, so the kubelet would read it as a Docker Hub repository "
+            "(normalize.go splitDockerDomain): give a host name with a dot, a port, or localhost"
+        )
+    return None
+
+
+def mirrored(image: str, registry: str | None) -> str:
+    """`image` pulled from `registry` instead: the registry host replaced, the repository path, tag and digest kept,
+    Docker Hub's familiar names spelled out (`redis:8` -> `<registry>/library/redis:8`), as a pull-through mirror
+    or a registry synced with its upstream paths holds them. `None` leaves the image as it is."""
+    if registry is None:
+        return image
+    _, remainder = _split_docker_domain(image)
+    return f"{registry.rstrip('/')}/{remainder}"

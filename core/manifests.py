@@ -24,6 +24,7 @@ from core.budget_rules import (
 from core.ceilings import api_schema, ceiling_body_mutation
 from core.filter_chain import IDENTITY_BEFORE_AGENT_ROUTER
 from core.identity import API_KEYS, JWT_PROVIDER_NAMES, KUBERNETES, SUBSTRATE, parse_actor_id
+from core.image_reference import mirrored
 from core.money import route_cost_entry
 from core.settings import (
     GATEWAY_CONTROLLER_NAME,
@@ -159,8 +160,15 @@ def gateway_manifests(settings: StackSettings) -> list[Manifest]:
         # The fixed name every egress policy targets: agent-router.envoy-gateway-system.svc.cluster.local
         "envoyService": {"name": GATEWAY_SERVICE_NAME, "type": "ClusterIP"},
     }
+    container: dict[str, Any] = {}
     if settings.gateway.small_cluster:
-        kubernetes["envoyDeployment"] = {"container": {"resources": {}}}
+        container["resources"] = {}
+    envoy_image = settings.platform.envoy_proxy_image
+    if envoy_image is not None:
+        # This EnvoyProxy replaces Envoy Gateway's default one (and the chart's image override with it).
+        container["image"] = mirrored(envoy_image, settings.platform.images.registry)
+    if container:
+        kubernetes["envoyDeployment"] = {"container": container}
     return [
         Manifest(
             "gateway.networking.k8s.io/v1",
@@ -723,7 +731,7 @@ def mock_model_deployment_spec(settings: StackSettings, server_source: str, key_
                 "containers": [
                     {
                         "name": "mock-model",
-                        "image": settings.mock_model.image,
+                        "image": mirrored(settings.mock_model.image, settings.platform.images.registry),
                         "command": ["python", "/app/server.py"],
                         "ports": [{"name": "http", "containerPort": MOCK_MODEL_PORT}],
                         "env": [

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.body_guard import guard_enabled
+from core.image_reference import mirrored
 from core.manifests import common_labels
 from core.monitoring import metrics_header_attributes, near_limit_ratio
 from core.ratelimit_deployment import RATELIMIT_POD_LABELS
@@ -49,6 +50,9 @@ AGENT_ROUTER_NAMESPACE = "envoy-ai-gateway-system"
 # --- Envoy Gateway configuration -------------------------------------------------------------------------
 
 AGENT_ROUTER_CONTROLLER = "ai-gateway-controller"
+AGENT_ROUTER_CONTROLLER_IMAGE = "docker.io/envoyproxy/ai-gateway-controller"
+AGENT_ROUTER_EXTPROC_IMAGE = "docker.io/envoyproxy/ai-gateway-extproc"
+"""The repositories Agent Router's chart names (ai-gateway-helm values.yaml `controller.image`, `extProc.image`)."""
 EXTENSION_SERVER_PORT = 1063
 EXTENSION_SERVER_HOST = f"{AGENT_ROUTER_CONTROLLER}.{AGENT_ROUTER_NAMESPACE}.svc.cluster.local"
 # Pod annotation that rolls the envoy-gateway Deployment when its configuration changes.
@@ -269,13 +273,23 @@ def checksum(value: Any) -> str:
 
 
 def envoy_gateway_values(settings: StackSettings) -> dict[str, Any]:
-    """Values of the `eg` release. Only `config.envoyGateway` is read by the chart's config template."""
+    """Values of the `eg` release. Only `config.envoyGateway` is read by the chart's config template.
+
+    With `platform.images.registry`, the chart's `global.imageRegistry`: it swaps the registry of the controller's
+    image, the certgen Job's and the shutdown manager's (both the controller's image) and the rate-limit service's,
+    keeping each repository path and tag (gateway-helm v1.9.0 templates/_helpers.tpl `eg.image`,
+    `eg.ratelimit.image`). The proxy's Envoy image is the Gateway's EnvoyProxy's to set (core.manifests), since
+    that EnvoyProxy replaces the chart's default one."""
     config = envoy_gateway_config(settings)
-    return {
+    values: dict[str, Any] = {
         "config": {"envoyGateway": config},
         # The chart has no checksum of its ConfigMap: roll envoy-gateway when our configuration changes.
         "deployment": {"pod": {"annotations": {CONFIG_CHECKSUM_ANNOTATION: checksum(config)}}},
     }
+    registry = settings.platform.images.registry
+    if registry is not None:
+        values["global"] = {"imageRegistry": registry}
+    return values
 
 
 def agent_router_crds_values(settings: StackSettings) -> dict[str, Any]:
@@ -298,10 +312,17 @@ def agent_router_values(settings: StackSettings) -> dict[str, Any]:
     attributes = metrics_header_attributes(settings.monitoring)
     if attributes is not None:
         controller["metricsRequestHeaderAttributes"] = attributes
-    return {
+    values: dict[str, Any] = {
         "controller": controller,
         "envoyGateway": {"namespace": ENVOY_GATEWAY_NAMESPACE},
     }
+    registry = settings.platform.images.registry
+    if registry is not None:
+        # The chart's repositories with the registry swapped; the tag stays the chart's appVersion
+        # (envoyproxy/ai-gateway v1.1.0 manifests/charts/ai-gateway-helm/values.yaml).
+        controller["image"] = {"repository": mirrored(AGENT_ROUTER_CONTROLLER_IMAGE, registry)}
+        values["extProc"] = {"image": {"repository": mirrored(AGENT_ROUTER_EXTPROC_IMAGE, registry)}}
+    return values
 
 
 def release_specs(settings: StackSettings) -> tuple[ReleaseSpec, ReleaseSpec, ReleaseSpec]:
@@ -409,7 +430,7 @@ def _password_from(secret_name: str) -> dict[str, Any]:
     return {"secretKeyRef": {"name": secret_name, "key": PASSWORD_KEY}}
 
 
-def redis_stateful_set_spec(redis: RedisSettings) -> dict[str, Any]:
+def redis_stateful_set_spec(redis: RedisSettings, registry: str | None = None) -> dict[str, Any]:
     """One Redis pod (`redis-0`) on a PersistentVolumeClaim (`data-redis-0`) that outlives the StatefulSet.
 
     Everything here is deterministic: the same settings give the same spec, so a `pulumi up` that changes
@@ -450,7 +471,7 @@ def redis_stateful_set_spec(redis: RedisSettings) -> dict[str, Any]:
                 "containers": [
                     {
                         "name": REDIS_NAME,
-                        "image": redis.image,
+                        "image": mirrored(redis.image, registry),
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["sh", "-c", redis_start_script()],
                         "env": [

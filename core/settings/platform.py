@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from core.image_reference import registry_problem
 from core.kubeconfig import is_contents
 from core.settings.base import (
     DURATION,
@@ -15,6 +16,7 @@ from core.settings.base import (
     ConfigModel,
     check_command_argument,
     check_dns_label,
+    check_image_reference,
     quantity_value,
 )
 from core.settings.budgets import MAX_LIMITS_PER_BUDGET
@@ -279,6 +281,49 @@ class ChartSources(ConfigModel):
     agent_router: ChartSource | None = Field(default=None, description="The `aieg` release (chart `ai-gateway-helm`).")
 
 
+ENVOY_PROXY_IMAGES = {"v1.9.0": "docker.io/envoyproxy/envoy:distroless-v1.39.0"}
+"""The Envoy image each Envoy Gateway release runs by default (api/v1alpha1/shared_types.go DefaultEnvoyProxyImage),
+for the versions whose source could be read: a mirror must hold that image, and the program must name it, because
+the Gateway's own EnvoyProxy replaces Envoy Gateway's default one (envoygateway_types.go `EnvoyProxy`)."""
+
+
+class ImageSources(ConfigModel):
+    """Where the cluster pulls the images the program and its charts run from."""
+
+    registry: str | None = Field(
+        default=None,
+        description=(
+            "A registry mirror (`host[:port][/path]`) every image is pulled from: the Envoy Gateway and Agent Router "
+            "controllers, the rate-limit service, Envoy, Redis and the mock model. Each image keeps its repository "
+            "path and tag, with the host replaced (Docker Hub's official images under `library/`). Unset: the public "
+            "registries. See docs/environments.md."
+        ),
+    )
+    envoy_proxy: str | None = Field(
+        default=None,
+        description=(
+            "The upstream Envoy image the proxy runs (e.g. `docker.io/envoyproxy/envoy:distroless-v1.39.0`), pulled "
+            "through `registry` when that is set. Needed with a registry unless the program knows the image of the "
+            "Envoy Gateway release: v1.9.0 (a local chart's version is not known)."
+        ),
+    )
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        problem = registry_problem(value.rstrip("/"))
+        if problem is not None:
+            raise ValueError(f"registry {value!r} {problem}")
+        return value.rstrip("/")
+
+    @field_validator("envoy_proxy")
+    @classmethod
+    def _envoy_proxy(cls, value: str | None) -> str | None:
+        return None if value is None else check_image_reference(value, "envoyProxy", ENVOY_PROXY_IMAGES["v1.9.0"])
+
+
 class PlatformSettings(ConfigModel):
     """Helm releases that install Envoy Gateway and Agent Router."""
 
@@ -302,6 +347,13 @@ class PlatformSettings(ConfigModel):
             "Where each release's chart comes from when the cluster's network cannot reach the public OCI registry: "
             "a mirror or a local chart per release (`envoyGateway`, `agentRouterCrds`, `agentRouter`). See "
             "docs/environments.md."
+        ),
+    )
+    images: ImageSources = Field(
+        default_factory=ImageSources,
+        description=(
+            "Where the cluster pulls every image from, for a cluster behind a registry mirror: `registry` (the mirror) "
+            "and `envoyProxy` (the Envoy image the proxy runs). See docs/environments.md."
         ),
     )
     extension_message_limit: Annotated[str, BeforeValidator(_message_size_text)] = Field(
@@ -336,6 +388,39 @@ class PlatformSettings(ConfigModel):
                 "larger messages cost Envoy Gateway and Agent Router memory on every configuration change)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _envoy_image_known(self) -> PlatformSettings:
+        """A mirror must hold the proxy's Envoy image, so the program must know which image that is."""
+        if self.images.registry is not None and self.envoy_proxy_image is None:
+            release = self._envoy_gateway_release()
+            which = f"Envoy Gateway {release}" if release else "the local Envoy Gateway chart"
+            raise ValueError(
+                f"images.registry {self.images.registry!r} is set, but the program does not know which Envoy image "
+                f"{which} runs (it knows {', '.join(sorted(ENVOY_PROXY_IMAGES))}): set images.envoyProxy to the "
+                "image that release names (its api/v1alpha1/shared_types.go DefaultEnvoyProxyImage), e.g. "
+                f"{ENVOY_PROXY_IMAGES['v1.9.0']}"
+            )
+        return self
+
+    def _envoy_gateway_release(self) -> str | None:
+        """The Envoy Gateway version the `eg` release installs, or None for a local chart."""
+        source = self.charts.envoy_gateway
+        if source is None:
+            return self.envoy_gateway_version
+        if source.path is not None:
+            return None
+        return source.version or self.envoy_gateway_version
+
+    @property
+    def envoy_proxy_image(self) -> str | None:
+        """The upstream Envoy image the proxy runs when the program must name it (`images.envoyProxy`, or with a
+        registry the one its Envoy Gateway release names); None leaves it to Envoy Gateway."""
+        if self.images.envoy_proxy is not None:
+            return self.images.envoy_proxy
+        if self.images.registry is None:
+            return None
+        return ENVOY_PROXY_IMAGES.get(self._envoy_gateway_release() or "")
 
     @property
     def extension_message_bytes(self) -> int:
