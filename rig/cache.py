@@ -100,6 +100,11 @@ def declared_inputs(piece: GoPiece | ChartPiece) -> dict[str, Any]:
         "local_replace_version": piece.local_replace_version,
         # Named only where it is on, so the records of the static pieces built before the key existed stay current.
         **({"cgo": True} if piece.cgo else {}),
+        **(
+            {"generated": {path: file.model_dump() for path, file in piece.generated.items()}}
+            if piece.generated
+            else {}
+        ),
     }
 
 

@@ -51,8 +51,13 @@ NODE_BINARIES = (
     "registry",
     "coredns",
     "local-path-provisioner",
+    "envoy-gateway",
+    "ratelimit",
+    "pulumi",
+    "pulumi-resource-kubernetes",
 )
-"""Every binary of rig/versions.toml the node itself runs (rig.build builds them: `make rig` asks it first)."""
+"""Every binary of rig/versions.toml the rig runs: the node's, the images' and the engine's (rig.build builds them:
+`make rig` asks it first)."""
 DEBIAN_TOOLS = {
     "ip": "iproute2",
     "iptables": "iptables",

@@ -50,6 +50,15 @@ def _fill(template: str, values: dict[str, str], where: str) -> str:
     return _PLACEHOLDER.sub(one, template)
 
 
+class GeneratedFile(_Model):
+    """A file upstream's build generates before compiling (a `go generate` step whose output is gitignored, so no
+    module zip holds it): a JSON file of the module re-serialized, with the package `version` set where upstream
+    sets it (pulumi-kubernetes provider cmd/pulumi-resource-kubernetes/generate.go)."""
+
+    source: PACKAGE_PATH
+    version: str | None = None
+
+
 class GoPiece(_Model):
     """A Go module version and the binaries built from it (see the header of rig/versions.toml)."""
 
@@ -63,6 +72,7 @@ class GoPiece(_Model):
     tags: tuple[BUILD_TAG, ...] = ()
     toolchain: TOOLCHAIN = "local"
     cgo: bool = False
+    generated: dict[PACKAGE_PATH, GeneratedFile] = {}
     local_replace_version: GO_VERSION | None = None
     note: str = ""
 

@@ -35,7 +35,7 @@ def test_the_versions_file_parses_and_every_go_piece_names_a_module_version_and_
     go = {name: piece for name, piece in versions.pieces.items() if isinstance(piece, GoPiece)}
     assert set(go) == {
         *("egctl", "envoy-gateway", "helm", "promtool"),
-        *("ratelimit", "etcd", "kubernetes", "pulumi"),
+        *("ratelimit", "etcd", "kubernetes", "pulumi", "pulumi-kubernetes"),
         *("containerd", "runc", "coredns", "registry", "local-path-provisioner"),
     }
     for piece in go.values():
@@ -578,3 +578,40 @@ def test_the_gateway_chart_is_copied_out_of_the_read_only_module_and_filled(fake
     fake_go()
     assert build.build_chart(piece, root, lambda line: None) == (directory, False)
     assert fake_go() == []
+
+
+def test_a_generated_file_is_its_source_json_with_the_version_upstreams_generate_step_sets():
+    """pulumi-kubernetes cmd/pulumi-resource-kubernetes/generate.go: schema.json with `version` set, written compact;
+    terraform-mapping.json re-serialized as it is."""
+    schema = '{\n  "name": "kubernetes",\n  "version": "",\n  "resources": {"a": 1}\n}'
+    assert json.loads(build.generated_text(schema, "4.25.0")) == {
+        "name": "kubernetes",
+        "version": "4.25.0",
+        "resources": {"a": 1},
+    }
+    assert build.generated_text(schema, None) == '{"name":"kubernetes","version":"","resources":{"a":1}}'
+
+
+def test_a_piece_with_generated_files_builds_from_a_writable_copy_that_holds_them(fake_go, tmp_path, monkeypatch):
+    """The wrapper replaces the module by its copy (`./source`), where the generated files are written before the
+    build; the record names them, so a changed version rebuilds."""
+    from rig.versions import GeneratedFile
+
+    monkeypatch.setenv("FAKE_GO_MOD", "module example.com/tool\n\ngo 1.26.6\n")
+    piece = _tool_piece(
+        generated={"cmd/tool/schema-embed.json": GeneratedFile(source="cmd/tool/schema.json", version="1.2.3")}
+    )
+    root = tmp_path / "cache"
+    module_dir = tmp_path / "module"
+    (module_dir / "cmd" / "tool").mkdir(parents=True)
+    (module_dir / "cmd" / "tool" / "schema.json").write_text('{"version": ""}', encoding="utf-8")
+    (module_dir / "cmd" / "tool" / "schema.json").chmod(0o444)
+    monkeypatch.setenv("FAKE_GO_MODULE_FILES", str(module_dir))
+    directory, built = build.build_go(piece, root, lambda line: None)
+    assert built
+    wrapper = root / "wrappers" / "tool-v1.2.3"
+    assert "example.com/tool => ./source" in (wrapper / "go.mod.rig").read_text(encoding="utf-8")
+    generated = wrapper / "source" / "cmd" / "tool" / "schema-embed.json"
+    assert json.loads(generated.read_text(encoding="utf-8")) == {"version": "1.2.3"}
+    record = json.loads(cache.record_path(directory).read_text(encoding="utf-8"))
+    assert record["generated"] == {"cmd/tool/schema-embed.json": {"source": "cmd/tool/schema.json", "version": "1.2.3"}}

