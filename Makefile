@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 
 help:
 	@echo "make test       lint, build the real upstream tools (when Go is present), run the whole unit suite"
-	@echo "make tools      build the pinned upstream tools the suite runs (egctl, helm, promtool, Envoy Gateway's chart)"
+	@echo "make tools      build the pinned upstream tools the suite runs (egctl, helm, promtool, pulumi, Envoy Gateway's chart)"
 	@echo "make up         bring the dev environment up: kind, Substrate, pulumi up on a local backend"
 	@echo "                IDENTITY=kubernetes: without Substrate (agents are pods with a service-account token or an API key)"
 	@echo "make e2e        run the end-to-end checks against the live dev stack (IDENTITY=kubernetes: the Substrate-free one)"

@@ -144,7 +144,8 @@ def build_stack(
         settings,
         keys,
         gateway_crds=deps.envoy_gateway,
-        ai_crds=deps.agent_router_crds,
+        # Agent Router's kinds carry its controller's finalizer: they must go before the controller on destroy.
+        ai_crds=[*deps.agent_router_crds, *deps.agent_router_controller],
         namespace=namespace,
         route_dependencies=route_dependencies,
         opts=with_cluster,

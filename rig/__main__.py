@@ -313,6 +313,47 @@ def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
     return 0
 
 
+def engine_lifecycle(layout: Layout) -> int:
+    """`python -m rig engine`: the deployed stack's life with the real engine (rig/lifecycle.py), on the node and
+    the engine `make rig` left up, into that run's report."""
+    from rig import lifecycle
+
+    latest = (layout.runs / "latest").resolve()
+    report_path = latest / "report.json"
+    if not layout.netns_path.exists() or not report_path.exists() or not (latest / "engine" / "state").is_dir():
+        say("no rig with a deployed stack is up: make rig")
+        return 1
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    binaries, missing = node.find_binaries()
+    if missing:
+        say(f"not built: {', '.join(missing)} (make rig builds them)")
+        return 1
+    processes.enter_network_namespace(layout.netns_path)
+    the_node = Node(layout=layout, run=latest, binaries=binaries, say=say)
+    engine = Engine(run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs")
+    results = []
+    failed = 0
+    for index, (name, step) in enumerate(lifecycle.LIFECYCLE, start=1):
+        say(f"[{index}/{len(lifecycle.LIFECYCLE)}] {name} ...")
+        began = time.monotonic()
+        try:
+            result = {"step": name, "ok": True, "evidence": step(the_node, engine, PROGRAM_STACK)}
+        except StepError as error:
+            result = {"step": name, "ok": False, "error": str(error)}
+            failed += 1
+        result["seconds"] = round(time.monotonic() - began, 1)
+        say(
+            f"[{index}/{len(lifecycle.LIFECYCLE)}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)"
+        )
+        if not result["ok"]:
+            say(f"  {result['error'][:800]}")
+        results.append(result)
+        report["engine"] = results
+        report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    say(f"report: {report_path}")
+    return 1 if failed else 0
+
+
 def down(layout: Layout) -> int:
     removed = teardown.tear_down(layout)
     for line in removed.lines():
@@ -342,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     up_parser.add_argument("--keep", action="store_true", help="leave a failed rig up to look at")
     commands.add_parser("down", help="remove every trace of the rig (make rig-down)")
     commands.add_parser("program", help="the program's steps again on the node that is up (pulumi up, check 4)")
+    commands.add_parser("engine", help="the deployed stack's life with the real engine: changes, policy, destroy")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
     kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -356,6 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return down(layout)
     if options.command == "program":
         return up(layout, keep=True, program_only=True)
+    if options.command == "engine":
+        return engine_lifecycle(layout)
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,18 @@ class Engine:
     run: Path
     project_root: Path
     by_hand: ByHand
-    passphrase: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     log_dir: Path | None = None
+
+    @property
+    def passphrase(self) -> str:
+        """The run's stack passphrase: made once, kept beside the backend (mode 0600) so `python -m rig engine` can
+        open the stacks `make rig` made; a throwaway rig's, never in a log or the report."""
+        path = self.directory / "passphrase"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(24), encoding="utf-8")
+            path.chmod(0o600)
+        return path.read_text(encoding="utf-8").strip()
 
     @property
     def directory(self) -> Path:

@@ -346,6 +346,20 @@ def test_gateway_waits_for_the_agent_router_controller(stack):
     assert release(monitor, "aieg").urn in gateway.dependencies
 
 
+def test_agent_routers_kinds_go_before_its_controller(stack):
+    """Agent Router's controller puts its finalizer (`aigateway.envoyproxy.io/finalizer`) on AIServiceBackends and
+    BackendSecurityPolicies: `pulumi destroy` must delete them while the controller runs, so each depends on the
+    controller's release. The real engine on the rig showed the hang without it: the release went first, and the
+    two objects waited for a finalizer nothing would remove (envoyproxy/ai-gateway v1.1.0
+    internal/controller/controller.go `handleFinalizer`)."""
+    _, _, monitor = stack
+    controller = release(monitor, "aieg").urn
+    agent_router = [r for r in custom_resources(monitor) if r.type.split(":")[1].startswith("aigateway.envoyproxy.io/")]
+    assert {r.type.rsplit(":", 1)[-1] for r in agent_router} >= {"AIGatewayRoute", "AIServiceBackend"}
+    for registration in agent_router:
+        assert controller in registration.dependencies, f"{registration.type} {registration.name}"
+
+
 def test_budget_policy_waits_for_the_rate_limit_store(stack):
     name, _, monitor = stack
     [policy] = [r for r in custom_resources(monitor) if r.type.endswith(":BackendTrafficPolicy")]

@@ -42,12 +42,13 @@ def test_the_versions_file_parses_and_every_go_piece_names_a_module_version_and_
         assert re.fullmatch(r"[a-z0-9.-]+\.[a-z]+(/\S+)*", piece.module), piece.name
         assert re.fullmatch(r"v\d+\.\d+\.\d+(-\S+)?", piece.version), piece.name
         assert piece.binaries and piece.ldflags_source, piece.name
-    assert versions.default == ("egctl", "helm", "promtool", "gateway-helm")
+    assert versions.default == ("egctl", "helm", "promtool", "gateway-helm", "pulumi")
     assert {name: versions.pieces[name].kind for name in versions.default} == {
         "egctl": "go",
         "helm": "go",
         "promtool": "go",
         "gateway-helm": "chart",
+        "pulumi": "go",
     }
 
 
