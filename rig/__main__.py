@@ -354,6 +354,34 @@ def engine_lifecycle(layout: Layout) -> int:
     return 1 if failed else 0
 
 
+def end_to_end(layout: Layout, only: str | None) -> int:
+    """`python -m rig e2e`: tests/e2e on the rig's deployed stack (rig/e2e.py), into the latest run's report."""
+    from rig import e2e
+
+    latest = (layout.runs / "latest").resolve()
+    report_path = latest / "report.json"
+    if not layout.netns_path.exists() or not (latest / "engine" / "state").is_dir():
+        say("no rig with a deployed stack is up: make rig")
+        return 1
+    binaries, missing = node.find_binaries()
+    if missing:
+        say(f"not built: {', '.join(missing)} (make rig builds them)")
+        return 1
+    processes.enter_network_namespace(layout.netns_path)
+    engine = Engine(run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs")
+    say(f"tests/e2e on stack {PROGRAM_STACK} (log: {latest / 'logs' / 'e2e.log'}) ...")
+    began = time.monotonic()
+    result = e2e.run_suite(engine, layout, binaries["kubectl"], latest / "logs" / "e2e.log", only)
+    result["seconds"] = round(time.monotonic() - began, 1)
+    for verdict in result["verdicts"]:
+        say(f"  check {verdict['check']:>2} {verdict['title']}: {'PASS' if verdict['ok'] else 'FAIL'}")
+    say(f"e2e: {result.get('summary')} in {result['seconds']} s")
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    report["e2e"] = result
+    report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    return 0 if result.get("exit") == 0 else 1
+
+
 def down(layout: Layout) -> int:
     removed = teardown.tear_down(layout)
     for line in removed.lines():
@@ -384,6 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("down", help="remove every trace of the rig (make rig-down)")
     commands.add_parser("program", help="the program's steps again on the node that is up (pulumi up, check 4)")
     commands.add_parser("engine", help="the deployed stack's life with the real engine: changes, policy, destroy")
+    e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
+    e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
     kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -400,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return up(layout, keep=True, program_only=True)
     if options.command == "engine":
         return engine_lifecycle(layout)
+    if options.command == "e2e":
+        return end_to_end(layout, options.only)
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)

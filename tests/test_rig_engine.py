@@ -115,3 +115,51 @@ def test_conditions_are_read_from_a_gateway_a_policy_and_a_route():
     assert program.conditions_of(policy)[0]["message"] == "bad key"
     assert program.conditions_of(route)[0]["type"] == "ResolvedRefs"
     assert program.conditions_of({}) == []
+
+
+def test_the_e2e_verdicts_are_read_from_what_the_suite_prints():
+    from rig import e2e
+
+    output = (
+        "tests/e2e/test_e2e_01_metering.py::test_metering e2e: dev stack reachable\n"
+        "[PASS] 1. Normal call is metered to the caller's own bucket\n"
+        "      actor-a  200  tokens 200\n"
+        "      counters: actor-a 0 -> 200\n"
+        "PASSED\n"
+        "[FAIL] 6. A streamed response is charged when it ends\n"
+        "      why: expected 200, got 0\n"
+        "===== 1 failed, 1 passed in 12.00s =====\n"
+    )
+    assert e2e.verdicts(output) == [
+        {
+            "check": 1,
+            "title": "Normal call is metered to the caller's own bucket",
+            "ok": True,
+            "evidence": ["actor-a  200  tokens 200", "counters: actor-a 0 -> 200"],
+        },
+        {
+            "check": 6,
+            "title": "A streamed response is charged when it ends",
+            "ok": False,
+            "evidence": ["why: expected 200, got 0"],
+        },
+    ]
+
+
+def test_the_project_copy_is_pointed_at_the_rig_for_the_e2e_suite(tmp_path: Path):
+    from rig import e2e
+    from rig.layout import Layout
+
+    rig_engine = engine.Engine(run=tmp_path, project_root=ROOT, by_hand=ByHand(tmp_path / "none"))
+    rig_engine.copy_project()
+    layout = Layout(state=tmp_path / "state", run_root=tmp_path / "run")
+    setup = e2e.point_at_the_rig(rig_engine, layout)
+    versions = (rig_engine.project / "scripts" / "versions.env").read_text(encoding="utf-8")
+    assert "KUBERNETES_KUBE_CONTEXT=agent-budgets-rig" in versions.splitlines()
+    assert (rig_engine.project / ".state").resolve() == rig_engine.backend.resolve()
+    assert (rig_engine.project / "build" / "probe-image.ref").read_text(encoding="utf-8") == (
+        "127.0.0.1:5000/agent-budgets/probe:rig\n"
+    )
+    assert setup["probe_image"] == "127.0.0.1:5000/agent-budgets/probe:rig"
+    original = (ROOT / "scripts" / "versions.env").read_text(encoding="utf-8")
+    assert "KUBERNETES_KUBE_CONTEXT=kind-agent-budgets-kubernetes" in original.splitlines()

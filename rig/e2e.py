@@ -1,0 +1,104 @@
+"""The project's end-to-end checks (`tests/e2e`, `make e2e IDENTITY=kubernetes`) on the rig: the same suite as on a
+kind cluster, not a copy of it (`python -m rig e2e`, after `make rig`).
+
+The suite and `scripts/up.sh` read the dev environment's names from `scripts/versions.env` and keep the Pulumi state
+in `<project>/.state`; in the run's project copy the rig points them at itself: the kube context
+`agent-budgets-rig` (the admin kubeconfig in `KUBECONFIG`), `.state` the engine's backend, the probe image the one
+the rig built. Then, as `make up IDENTITY=kubernetes` does after `pulumi up`, `up.sh agent-pods` starts a probe agent
+per service account and one with an API key, and the suite runs with `AGENT_BUDGETS_E2E_REQUIRE_STACK=1` (no stack
+is a failure, never a skip). Each check's verdict and evidence lines go into the run's report.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rig.engine import Engine
+from rig.layout import Layout
+
+PROBE_IMAGE = "docker.io/agent-budgets/probe:rig"
+VERDICT = re.compile(r"^\[(PASS|FAIL)\] (\d+)\. (.*)$")
+EVIDENCE_INDENT = "      "
+
+
+def point_at_the_rig(engine: Engine, layout: Layout) -> dict[str, str]:
+    """The copy's versions.env names the rig's context, `.state` is the engine's backend, the probe image is the
+    rig's (through its registry, as the program's images are)."""
+    versions = engine.project / "scripts" / "versions.env"
+    text = versions.read_text(encoding="utf-8")
+    text = re.sub(r"^KUBERNETES_KUBE_CONTEXT=.*$", "KUBERNETES_KUBE_CONTEXT=agent-budgets-rig", text, flags=re.M)
+    versions.write_text(text, encoding="utf-8")
+    state = engine.project / ".state"
+    if not state.exists():
+        state.symlink_to(engine.backend)
+    build = engine.project / "build"
+    build.mkdir(exist_ok=True)
+    probe = f"{layout.registry_address}/{PROBE_IMAGE.split('/', 1)[1]}"
+    (build / "probe-image.ref").write_text(probe + "\n", encoding="utf-8")
+    return {"kube_context": "agent-budgets-rig", "probe_image": probe, "state": str(engine.backend)}
+
+
+def environment(engine: Engine, layout: Layout, kubectl: Path) -> dict[str, str]:
+    env = engine.environment()
+    env.pop("PULUMI_BACKEND_URL", None)  # up.sh and the suite use <project>/.state, linked to the backend
+    env.update(
+        IDENTITY="kubernetes",
+        KUBECONFIG=str(layout.kubeconfig("admin")),
+        PATH=f"{kubectl.parent}:{env['PATH']}",
+        AGENT_BUDGETS_E2E_REQUIRE_STACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def run_logged(argv: list[str], cwd: Path, env: Mapping[str, str], log: Path, timeout: float) -> tuple[int, str]:
+    result = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False)
+    output = result.stdout + result.stderr
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write(f"$ {' '.join(argv)}  (exit {result.returncode})\n{output}\n")
+    return result.returncode, output
+
+
+def verdicts(output: str) -> list[dict[str, Any]]:
+    """Every `[PASS] N. title` / `[FAIL] N. title` block the suite printed, with its evidence lines."""
+    found: list[dict[str, Any]] = []
+    for line in output.splitlines():
+        match = VERDICT.match(line.strip())
+        if match and not line.startswith(" "):
+            found.append(
+                {"check": int(match.group(2)), "title": match.group(3), "ok": match.group(1) == "PASS", "evidence": []}
+            )
+        elif found and line.startswith(EVIDENCE_INDENT[:4]) and line.strip():
+            found[-1]["evidence"].append(line.strip())
+    return found
+
+
+def run_suite(engine: Engine, layout: Layout, kubectl: Path, log: Path, only: str | None = None) -> dict[str, Any]:
+    """Probe agents, then the suite; its verdicts, and the pytest summary line."""
+    setup = point_at_the_rig(engine, layout)
+    env = environment(engine, layout, kubectl)
+    status, output = run_logged(["bash", "scripts/up.sh", "agent-pods"], engine.project, env, log, timeout=900)
+    if status != 0:
+        return {"setup": setup, "agent_pods": output[-1500:], "verdicts": [], "summary": "agent-pods failed"}
+    argv = [
+        str(engine.project_root / "venv" / "bin" / "python"),
+        "-m",
+        "pytest",
+        "tests/e2e",
+        "-o",
+        "norecursedirs=venv .git",
+        "-p",
+        "no:cacheprovider",
+        "-s",
+        "-v",
+        "-rs",
+    ]
+    if only:
+        argv += ["-k", only]
+    status, output = run_logged(argv, engine.project, env, log, timeout=5400)
+    summary = next((line for line in reversed(output.splitlines()) if " passed" in line or " failed" in line), "")
+    return {"setup": setup, "exit": status, "summary": summary.strip("= "), "verdicts": verdicts(output)}
