@@ -435,7 +435,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)
-    say("; ".join(left) if left else "nothing of the rig is on the machine")
+    if not left:
+        say("nothing of the rig is on the machine")
+        return 0
+    kinds: dict[str, int] = {}
+    for item in left:
+        kinds[item.split(" ", 1)[0]] = kinds.get(item.split(" ", 1)[0], 0) + 1
+    say("on the machine: " + ", ".join(f"{count} {kind}{'s' if count > 1 else ''}" for kind, count in kinds.items()))
+    for item in left:
+        if not item.startswith(("mount", "cgroup")):
+            say(f"  {item}")
     return 0
 
 

@@ -173,6 +173,35 @@ def not_accepted(node: Node, kinds: list[str], namespace: str) -> tuple[dict[str
     return seen, problems
 
 
+def envoy_rolled_out(node: Node) -> str | None:
+    """Envoy Gateway's proxy Deployment at its latest template, every pod ready and no pod of an older one left:
+    Agent Router's webhook adds its processor to Envoy pods, so the first ones are replaced once the controller is
+    up, and a call during that rollout may reach a pod that is going away (one answered 500 on the rig)."""
+    selector = "app.kubernetes.io/name=envoy"
+    out = node.kubectl("get", "deployments", "-n", GATEWAY_NAMESPACE, "-l", selector, "-o", "json", check=False)
+    deployments = json.loads(out).get("items", []) if out.strip() else []
+    pods = json.loads(node.kubectl("get", "pods", "-n", GATEWAY_NAMESPACE, "-l", selector, "-o", "json"))["items"]
+    if not deployments:
+        return None
+    for deployment in deployments:
+        status, wanted = deployment.get("status", {}), deployment["spec"].get("replicas", 1)
+        if not (status.get("updatedReplicas") == status.get("readyReplicas") == status.get("replicas") == wanted):
+            return None
+    wanted_total = sum(d["spec"].get("replicas", 1) for d in deployments)
+    ready = [
+        p
+        for p in pods
+        if p["metadata"].get("deletionTimestamp") is None
+        and all(c.get("ready") for c in p.get("status", {}).get("containerStatuses", []))
+    ]
+    if len(pods) != wanted_total or len(ready) != wanted_total:
+        return None
+    containers = sorted(
+        {c["name"] for p in pods for c in [*p["spec"].get("initContainers", []), *p["spec"]["containers"]]}
+    )
+    return f"{len(ready)} Envoy pod(s) ready, containers {', '.join(containers)}"
+
+
 def call(url: str, host: str, token: str | None, model: str = "mock-small", timeout: float = 10) -> tuple[int, str]:
     """One chat completion through the Gateway's Service, as an agent makes it; (status, body)."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello from the rig"}]}).encode()
@@ -233,6 +262,7 @@ def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         wait_until("every Gateway, route and policy Accepted", accepted, 240)
     except StepError as error:
         raise StepError(f"{error}: {evidence.get('problems')}") from None
+    evidence["envoy_rollout"] = wait_until("the Envoy Deployment rolled out", lambda: envoy_rolled_out(node), 240)
     pods = json.loads(node.kubectl("get", "pods", "-n", GATEWAY_NAMESPACE, "-o", "json"))["items"]
     evidence["pods"] = sorted(
         f"{p['metadata']['name']} {p['status'].get('phase')} {','.join(c['image'] for c in p['spec']['containers'])}"
