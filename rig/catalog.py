@@ -154,7 +154,10 @@ def platform_images(binaries: Mapping[str, Path], envoy: Path, probe: Path) -> l
         ),
         ImageSpec(
             reference="docker.io/agent-budgets/probe:rig",
-            entries=(FileEntry("app/probe_agent.py", source=probe),),
+            entries=(
+                FileEntry("app/probe_agent.py", source=probe),
+                LinkEntry("usr/local/bin/python", "/usr/bin/python3"),
+            ),
             cmd=("python", "/app/probe_agent.py"),
             env=(
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -174,10 +177,11 @@ def image_table() -> str:
     binaries = {name: stand_in for name in ("coredns", "local-path-provisioner", "envoy-gateway", "ratelimit")}
     specs = node_images(binaries, stand_in, applets=()) + platform_images(binaries, stand_in, stand_in)
     lines = [
-        "| image (the upstream reference it is pushed as) | base | how it differs from upstream's |",
-        "|---|---|---|",
+        "| image (the upstream reference it is pushed as) | base | user | entrypoint, command | how it differs |",
+        "|---|---|---|---|---|",
     ]
     for spec in specs:
-        base = "the rig's Debian bookworm (debootstrap)" if spec.debian_base else "empty"
-        lines.append(f"| `{spec.reference}` | {base} | {spec.differs} |")
+        base = "Debian bookworm (debootstrap)" if spec.debian_base else "empty"
+        command = " ".join([*spec.entrypoint, *spec.cmd]) or "none"
+        lines.append(f"| `{spec.reference}` | {base} | {spec.user or '0 (root)'} | `{command}` | {spec.differs} |")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rig import images
 from rig.engine import Engine
 from rig.layout import Layout
 
@@ -25,7 +26,7 @@ VERDICT = re.compile(r"^\[(PASS|FAIL)\] (\d+)\. (.*)$")
 EVIDENCE_INDENT = "      "
 
 
-def point_at_the_rig(engine: Engine, layout: Layout) -> dict[str, str]:
+def point_at_the_rig(engine: Engine, layout: Layout, digest_of: str | None = None) -> dict[str, str]:
     """The copy's versions.env names the rig's context, `.state` is the engine's backend, the probe image is the
     rig's (through its registry, as the program's images are)."""
     versions = engine.project / "scripts" / "versions.env"
@@ -37,7 +38,14 @@ def point_at_the_rig(engine: Engine, layout: Layout) -> dict[str, str]:
         state.symlink_to(engine.backend)
     build = engine.project / "build"
     build.mkdir(exist_ok=True)
-    probe = f"{layout.registry_address}/{PROBE_IMAGE.split('/', 1)[1]}"
+    # By digest, as `up.sh probe-image` pins it: a tag the node has pulled before would not be pulled again.
+    repository = PROBE_IMAGE.split("/", 1)[1].rsplit(":", 1)[0]
+    digest = images.registry_digest(layout.registry_address, PROBE_IMAGE) if digest_of is None else digest_of
+    probe = (
+        f"{layout.registry_address}/{repository}@{digest}"
+        if digest
+        else f"{layout.registry_address}/{PROBE_IMAGE.split('/', 1)[1]}"
+    )
     (build / "probe-image.ref").write_text(probe + "\n", encoding="utf-8")
     return {"kube_context": "agent-budgets-rig", "probe_image": probe, "state": str(engine.backend)}
 
@@ -56,10 +64,19 @@ def environment(engine: Engine, layout: Layout, kubectl: Path) -> dict[str, str]
 
 
 def run_logged(argv: list[str], cwd: Path, env: Mapping[str, str], log: Path, timeout: float) -> tuple[int, str]:
-    result = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False)
-    output = result.stdout + result.stderr
+    """Run a command with its output appended to `log` as it comes (the suite runs for minutes), and answer it."""
     with log.open("a", encoding="utf-8") as handle:
-        handle.write(f"$ {' '.join(argv)}  (exit {result.returncode})\n{output}\n")
+        handle.write(f"$ {' '.join(argv)}\n")
+        handle.flush()
+        start = handle.tell()
+        result = subprocess.run(
+            argv, cwd=cwd, env=dict(env), stdout=handle, stderr=subprocess.STDOUT, timeout=timeout, check=False
+        )
+    with log.open("r", encoding="utf-8") as handle:
+        handle.seek(start)
+        output = handle.read()
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write(f"(exit {result.returncode})\n")
     return result.returncode, output
 
 

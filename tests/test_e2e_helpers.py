@@ -34,7 +34,7 @@ import tests.e2e.test_e2e_10_fail_mode as check_10
 import tests.e2e.test_e2e_14_spend_report as check_14
 from core import spend
 from core.problems import ConfigError
-from core.suspension import REFUSED_BODY
+from core.suspension import REFUSED_BODY, SERVICE_ACCOUNT_TOKEN_REFUSED_BODY
 from tests.e2e import bench_latency
 from tests.e2e.e2elib import checks, counters, evidence, kube, stack, stats, tokens
 from tests.e2e.e2elib.checks import TITLES, admitted_calls, judge_metering
@@ -2520,7 +2520,8 @@ def test_check_16_names_each_refused_call_the_stack_cannot_make():
 def test_judge_unlisted_service_account():
     unlisted = "system:serviceaccount:agents:actor-unlisted"
     refused = Call(status=403, body=REFUSED_BODY)  # what the budget policy's responseOverride answers
-    audience = Call(status=403, headers={"www-authenticate": 'Bearer realm="x", error="invalid_token"'})
+    # What the rig's Envoy answered: the program's wrong-audience body (custom_response), no www-authenticate.
+    audience = Call(status=403, body=SERVICE_ACCOUNT_TOKEN_REFUSED_BODY.replace("%RESPONSE_CODE_DETAILS%", "denied"))
     good = Verdict(17, TITLES[17])
     checks.judge_unlisted_service_account(good, unlisted, refused, audience, {unlisted: 0}, {unlisted: 0})
     assert good.passed, good.failures

@@ -153,13 +153,13 @@ def test_the_project_copy_is_pointed_at_the_rig_for_the_e2e_suite(tmp_path: Path
     rig_engine = engine.Engine(run=tmp_path, project_root=ROOT, by_hand=ByHand(tmp_path / "none"))
     rig_engine.copy_project()
     layout = Layout(state=tmp_path / "state", run_root=tmp_path / "run")
-    setup = e2e.point_at_the_rig(rig_engine, layout)
+    setup = e2e.point_at_the_rig(rig_engine, layout, digest_of="sha256:" + "b" * 64)
     versions = (rig_engine.project / "scripts" / "versions.env").read_text(encoding="utf-8")
     assert "KUBERNETES_KUBE_CONTEXT=agent-budgets-rig" in versions.splitlines()
     assert (rig_engine.project / ".state").resolve() == rig_engine.backend.resolve()
     assert (rig_engine.project / "build" / "probe-image.ref").read_text(encoding="utf-8") == (
-        "127.0.0.1:5000/agent-budgets/probe:rig\n"
+        "127.0.0.1:5000/agent-budgets/probe@sha256:" + "b" * 64 + "\n"
     )
-    assert setup["probe_image"] == "127.0.0.1:5000/agent-budgets/probe:rig"
+    assert setup["probe_image"] == "127.0.0.1:5000/agent-budgets/probe@sha256:" + "b" * 64
     original = (ROOT / "scripts" / "versions.env").read_text(encoding="utf-8")
     assert "KUBERNETES_KUBE_CONTEXT=kind-agent-budgets-kubernetes" in original.splitlines()

@@ -1,9 +1,9 @@
 """Check 17 (stacks with the kubernetes source): a pod running as a service account that is not in
 agent-budgets:actors calls with its own projected token (the gateway's audience) and gets 403 naming the reason;
 a listed service account's token for the API server's audience (what a pod mounts by default) is refused by the
-JWT filter for its audience: 403 with `www-authenticate` (envoyproxy/envoy
-source/extensions/filters/http/jwt_authn/filter.cc `onComplete`: `JwtAudienceNotAllowed` is answered 403, every
-other failure 401). Neither call reaches a model or changes a counter.
+JWT filter for its audience: 403 (envoyproxy/envoy source/extensions/filters/http/jwt_authn/filter.cc `onComplete`:
+`JwtAudienceNotAllowed` is answered 403, every other failure 401), which the gateway's custom_response answers with
+the program's wrong-audience body. Neither call reaches a model or changes a counter.
 """
 
 import time

@@ -51,6 +51,10 @@ SOURCE_NEEDS: dict[str, str] = {
 """Why a check marked for an identity source does not apply to a stack without that source."""
 
 
+WRONG_AUDIENCE_MARK = "The actor token was refused (wrong audience for this gateway)"
+"""How the program's 403 for a token of another audience begins (core/suspension.py `_token_refused_body`)."""
+
+
 def inapplicable_reason(number: int, source: str, settings: Any) -> str | None:
     """Why check `number`, which needs identity source `source`, does not apply here (None: it does): the stack
     lacks the source, or the dev environment has no agent of it (Substrate actors run only in the Substrate
@@ -649,9 +653,13 @@ def judge_unlisted_service_account(
         "not in agent-budgets:actors" in unlisted_call.body,
         f"{short_name(unlisted)}: the 403 does not name the reason: {unlisted_call.body!r}",
     )
+    # The gateway's custom_response answers the JWT filter's 403 with the program's own body, and its headers go with
+    # the rewritten reply (core/suspension.py SERVICE_ACCOUNT_TOKEN_REFUSED_BODY; seen on the rig, where Envoy sent
+    # that body and no `www-authenticate`).
     v.expect(
-        wrong_audience.status == 403 and "www-authenticate" in wrong_audience.headers,
-        f"a token for the API server's audience: expected the JWT filter's 403, got {describe_outcome(wrong_audience)}",
+        wrong_audience.status == 403 and WRONG_AUDIENCE_MARK in wrong_audience.body,
+        f"a token for the API server's audience: expected the gateway's wrong-audience 403, got "
+        f"{describe_outcome(wrong_audience)}",
     )
     v.note(f"rate limit counters before/after: {format_counters(before)} / {format_counters(after)}")
     v.expect(dict(after) == dict(before), "a refused call changed the counters")
