@@ -12,6 +12,7 @@ is a failure, never a skip). Each check's verdict and evidence lines go into the
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +30,14 @@ EVIDENCE_INDENT = "      "
 def point_at_the_rig(engine: Engine, layout: Layout, digest_of: str | None = None) -> dict[str, str]:
     """The copy's versions.env names the rig's context, `.state` is the engine's backend, the probe image is the
     rig's (through its registry, as the program's images are)."""
+    # The suite as the repository has it now (the copy was made when the stack was deployed).
+    for name in ("tests/e2e", "tests/__init__.py", "tests/support"):
+        source = engine.project_root / name
+        target = engine.project / name
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.is_file():
+            shutil.copy2(source, target)
     versions = engine.project / "scripts" / "versions.env"
     text = versions.read_text(encoding="utf-8")
     text = re.sub(r"^KUBERNETES_KUBE_CONTEXT=.*$", "KUBERNETES_KUBE_CONTEXT=agent-budgets-rig", text, flags=re.M)

@@ -40,7 +40,7 @@ TITLES: dict[int, str] = {
     16: "An API-key agent is metered as apikey.<name> whatever x-actor-id it sends, and its key never reaches the "
     "model; a wrong key, the key on the JWT listener, a token on the API-key listener or nothing gets 401",
     17: "A service account not in agent-budgets:actors gets 403 saying so, and a token for the API server's "
-    "audience the JWT filter's 403; neither is charged",
+    "audience the gateway's wrong-audience 403; neither is charged",
 }
 
 SOURCE_NEEDS: dict[str, str] = {
