@@ -163,3 +163,17 @@ def test_the_project_copy_is_pointed_at_the_rig_for_the_e2e_suite(tmp_path: Path
     assert setup["probe_image"] == "127.0.0.1:5000/agent-budgets/probe@sha256:" + "b" * 64
     original = (ROOT / "scripts" / "versions.env").read_text(encoding="utf-8")
     assert "KUBERNETES_KUBE_CONTEXT=kind-agent-budgets-kubernetes" in original.splitlines()
+
+
+def test_after_destroy_only_the_stacks_own_objects_count_as_left():
+    """The probe agents `up.sh agent-pods` starts for the e2e suite carry the project's labels but are not the
+    stack's (the rig's second run counted them as left after destroy)."""
+    from rig import lifecycle
+
+    items = [
+        {"kind": "Deployment", "metadata": {"namespace": "agents", "name": "probe-actor-a"}},
+        {"kind": "Secret", "metadata": {"namespace": "agent-budgets", "name": "mock-api-key"}},
+        {"kind": "Namespace", "metadata": {"name": "agent-budgets"}},
+    ]
+    assert lifecycle.stack_objects_left(items) == ["Namespace//agent-budgets", "Secret/agent-budgets/mock-api-key"]
+    assert lifecycle.stack_objects_left(items[:1]) == []
