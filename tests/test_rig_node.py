@@ -53,7 +53,7 @@ def test_the_node_address_is_in_the_pod_range_and_not_loopback():
 
 def test_every_socket_path_fits_a_unix_socket(layout: Layout):
     """A unix socket path is at most 107 bytes (sun_path); containerd's are under the run root."""
-    default = rig_layout.default_layout(Path("/root/.cache/agent-budgets"))
+    default = rig_layout.default_layout(Path("/home/someone/.cache/agent-budgets"))
     assert len(str(default.containerd_socket) + ".ttrpc") < 108
     assert default.run_root == Path("/run/agent-budgets-rig")
 
