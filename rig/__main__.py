@@ -354,7 +354,7 @@ def engine_lifecycle(layout: Layout) -> int:
     return 1 if failed else 0
 
 
-def end_to_end(layout: Layout, only: str | None) -> int:
+def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     """`python -m rig e2e`: tests/e2e on the rig's deployed stack (rig/e2e.py), into the latest run's report."""
     from rig import e2e
 
@@ -371,6 +371,14 @@ def end_to_end(layout: Layout, only: str | None) -> int:
     engine = Engine(run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs")
     say(f"tests/e2e on stack {PROGRAM_STACK} (log: {latest / 'logs' / 'e2e.log'}) ...")
     began = time.monotonic()
+    if bench:
+        result = e2e.run_bench(engine, layout, binaries["kubectl"], latest / "logs" / "bench-e2e.log")
+        for line in result["report"]:
+            say(f"  {line}")
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        report["bench_e2e"] = result
+        report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        return 0 if result["exit"] == 0 else 1
     result = e2e.run_suite(engine, layout, binaries["kubectl"], latest / "logs" / "e2e.log", only)
     result["seconds"] = round(time.monotonic() - began, 1)
     for verdict in result["verdicts"]:
@@ -414,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("engine", help="the deployed stack's life with the real engine: changes, policy, destroy")
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
+    e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
     kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -431,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "engine":
         return engine_lifecycle(layout)
     if options.command == "e2e":
-        return end_to_end(layout, options.only)
+        return end_to_end(layout, options.only, options.bench)
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)

@@ -56,6 +56,12 @@ def point_at_the_rig(engine: Engine, layout: Layout, digest_of: str | None = Non
         else f"{layout.registry_address}/{PROBE_IMAGE.split('/', 1)[1]}"
     )
     (build / "probe-image.ref").write_text(probe + "\n", encoding="utf-8")
+    # The suite's own pods (the bench's direct probe) name the probe image by versions.env's repository and tag.
+    text = re.sub(
+        r"^PROBE_IMAGE_REPO=.*$", f"PROBE_IMAGE_REPO={layout.registry_address}/{repository}", text, flags=re.M
+    )
+    text = re.sub(r"^PROBE_IMAGE_TAG=.*$", f"PROBE_IMAGE_TAG={PROBE_IMAGE.rsplit(':', 1)[1]}", text, flags=re.M)
+    versions.write_text(text, encoding="utf-8")
     return {"kube_context": "agent-budgets-rig", "probe_image": probe, "state": str(engine.backend)}
 
 
@@ -128,3 +134,23 @@ def run_suite(engine: Engine, layout: Layout, kubectl: Path, log: Path, only: st
     status, output = run_logged(argv, engine.project, env, log, timeout=5400)
     summary = next((line for line in reversed(output.splitlines()) if " passed" in line or " failed" in line), "")
     return {"setup": setup, "exit": status, "summary": summary.strip("= "), "verdicts": verdicts(output)}
+
+
+def run_bench(engine: Engine, layout: Layout, kubectl: Path, log: Path, calls: int = 2000) -> dict[str, Any]:
+    """`make bench-e2e` on the rig (tests/e2e/bench_latency.py): the latency the full path adds over the same calls
+    straight to the mock model, each timed by the probe agent in the cluster; its report lines."""
+    setup = point_at_the_rig(engine, layout)
+    env = environment(engine, layout, kubectl)
+    status, output = run_logged(["bash", "scripts/up.sh", "agent-pods"], engine.project, env, log, timeout=900)
+    if status != 0:
+        return {"setup": setup, "exit": status, "report": output.strip().splitlines()[-10:]}
+    argv = [
+        str(engine.project_root / "venv" / "bin" / "python"),
+        "-m",
+        "tests.e2e.bench_latency",
+        "--calls",
+        str(calls),
+    ]
+    status, output = run_logged(argv, engine.project, env, log, timeout=3600)
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return {"setup": setup, "exit": status, "report": lines[-20:]}

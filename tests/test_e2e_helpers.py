@@ -2528,3 +2528,10 @@ def test_judge_unlisted_service_account():
     bad = Verdict(17, TITLES[17])
     checks.judge_unlisted_service_account(bad, unlisted, ok_call(), Call(status=401), {unlisted: 0}, {unlisted: 200})
     assert len(bad.failures) == 4 and bad.failures[-1] == "a refused call changed the counters"
+
+
+def test_the_benchs_direct_probe_runs_in_a_namespace_the_environment_has():
+    """The Substrate-free environment has no `agent-budgets-actors`: the bench's direct probe runs among the agents
+    there (`kubectl run` failed with `namespaces "agent-budgets-actors" not found` on the rig)."""
+    assert bench_latency.direct_namespace(SETTINGS) == "agent-budgets-actors"
+    assert bench_latency.direct_namespace(K8S) == K8S.agent_namespace == "agents"

@@ -32,7 +32,13 @@ from tests.e2e.e2elib.stack import budget_class
 from tests.e2e.e2elib.stats import report, summarize
 
 DIRECT_POD = "agent-budgets-bench-direct"
-DIRECT_NAMESPACE = "agent-budgets-actors"  # the demo's own namespace (scripts/versions.env WORKER_NAMESPACE)
+SUBSTRATE_DIRECT_NAMESPACE = "agent-budgets-actors"  # the demo's own namespace (scripts/versions.env WORKER_NAMESPACE)
+
+
+def direct_namespace(settings: Any) -> str:
+    """Where the direct probe runs: the Substrate demo's namespace, or the agents' namespace without Substrate (the
+    Substrate-free environment has no `agent-budgets-actors`: the first run on the rig failed there)."""
+    return SUBSTRATE_DIRECT_NAMESPACE if settings.on_substrate else settings.agent_namespace
 
 
 def collect(client: ProbeClient, actor: str | None, calls: int, chunk: int, model: str) -> dict[str, Any]:
@@ -55,12 +61,13 @@ def collect(client: ProbeClient, actor: str | None, calls: int, chunk: int, mode
 def direct_probe(env: LiveEnv) -> Iterator[ProbeClient]:
     """A plain pod (not an actor) running the probe agent, pointed straight at the mock model."""
     s = env.settings
+    namespace = direct_namespace(s)
     upstream = f"http://{s.mock_service}.{s.mock_namespace}.svc.cluster.local:{s.mock_port}"
-    env.kube.run("-n", DIRECT_NAMESPACE, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=true", timeout=120)
+    env.kube.run("-n", namespace, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=true", timeout=120)
     check(
         env.kube.run(
             "-n",
-            DIRECT_NAMESPACE,
+            namespace,
             "run",
             DIRECT_POD,
             f"--image={s.probe_image}",
@@ -76,7 +83,7 @@ def direct_probe(env: LiveEnv) -> Iterator[ProbeClient]:
         check(
             env.kube.run(
                 "-n",
-                DIRECT_NAMESPACE,
+                namespace,
                 "wait",
                 "--for=condition=Ready",
                 f"pod/{DIRECT_POD}",
@@ -85,10 +92,10 @@ def direct_probe(env: LiveEnv) -> Iterator[ProbeClient]:
             ),
             "waiting for the direct probe pod",
         )
-        with PortForward(s.kube_context, DIRECT_NAMESPACE, f"pod/{DIRECT_POD}", 8080) as forward:
+        with PortForward(s.kube_context, namespace, f"pod/{DIRECT_POD}", 8080) as forward:
             yield ProbeClient(lambda: forward.port)
     finally:
-        env.kube.run("-n", DIRECT_NAMESPACE, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=false")
+        env.kube.run("-n", namespace, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=false")
 
 
 def run(env: LiveEnv, calls: int, warmup: int, chunk: int, actor: str) -> int:
