@@ -313,80 +313,93 @@ def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
     return 0
 
 
+class DeployedRig:
+    """The node and the engine `make rig` left up, as `python -m rig engine` and `python -m rig e2e` work on them:
+    this process in the node's namespace, results added to that run's report."""
+
+    def __init__(self, layout: Layout, latest: Path, binaries: dict[str, Path]) -> None:
+        self.layout, self.latest, self.binaries = layout, latest, binaries
+        self.node = Node(layout=layout, run=latest, binaries=binaries, say=say)
+        self.engine = Engine(
+            run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs"
+        )
+
+    @classmethod
+    def find(cls, layout: Layout) -> DeployedRig | None:
+        """The rig that is up with a deployed stack, or None after saying why not."""
+        latest = (layout.runs / "latest").resolve()
+        if not layout.netns_path.exists() or not (latest / "report.json").exists():
+            say("no rig is up: make rig")
+            return None
+        if not (latest / "engine" / "state").is_dir():
+            say("the rig that is up has no deployed stack: make rig")
+            return None
+        binaries, missing = node.find_binaries()
+        if missing:
+            say(f"not built: {', '.join(missing)} (make rig builds them)")
+            return None
+        processes.enter_network_namespace(layout.netns_path)
+        return cls(layout, latest, binaries)
+
+    def record(self, key: str, value: Any) -> Path:
+        path = self.latest / "report.json"
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report[key] = value
+        path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        return path
+
+
 def engine_lifecycle(layout: Layout) -> int:
-    """`python -m rig engine`: the deployed stack's life with the real engine (rig/lifecycle.py), on the node and
-    the engine `make rig` left up, into that run's report."""
+    """`python -m rig engine`: the deployed stack's life with the real engine (rig/lifecycle.py), into the run's
+    report."""
     from rig import lifecycle
 
-    latest = (layout.runs / "latest").resolve()
-    report_path = latest / "report.json"
-    if not layout.netns_path.exists() or not report_path.exists() or not (latest / "engine" / "state").is_dir():
-        say("no rig with a deployed stack is up: make rig")
+    rig = DeployedRig.find(layout)
+    if rig is None:
         return 1
-    report = json.loads(report_path.read_text(encoding="utf-8"))
-    binaries, missing = node.find_binaries()
-    if missing:
-        say(f"not built: {', '.join(missing)} (make rig builds them)")
-        return 1
-    processes.enter_network_namespace(layout.netns_path)
-    the_node = Node(layout=layout, run=latest, binaries=binaries, say=say)
-    engine = Engine(run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs")
     results = []
-    failed = 0
+    total = len(lifecycle.LIFECYCLE)
     for index, (name, step) in enumerate(lifecycle.LIFECYCLE, start=1):
-        say(f"[{index}/{len(lifecycle.LIFECYCLE)}] {name} ...")
+        say(f"[{index}/{total}] {name} ...")
         began = time.monotonic()
         try:
-            result = {"step": name, "ok": True, "evidence": step(the_node, engine, PROGRAM_STACK)}
+            result = {"step": name, "ok": True, "evidence": step(rig.node, rig.engine, PROGRAM_STACK)}
         except StepError as error:
             result = {"step": name, "ok": False, "error": str(error)}
-            failed += 1
         result["seconds"] = round(time.monotonic() - began, 1)
-        say(
-            f"[{index}/{len(lifecycle.LIFECYCLE)}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)"
-        )
+        say(f"[{index}/{total}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         if not result["ok"]:
             say(f"  {result['error'][:800]}")
         results.append(result)
-        report["engine"] = results
-        report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        report_path = rig.record("engine", results)
     say(f"report: {report_path}")
-    return 1 if failed else 0
+    return 0 if all(result["ok"] for result in results) else 1
 
 
 def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
-    """`python -m rig e2e`: tests/e2e on the rig's deployed stack (rig/e2e.py), into the latest run's report."""
+    """`python -m rig e2e`: tests/e2e (or with `bench`, `make bench-e2e`) on the rig's deployed stack (rig/e2e.py),
+    into the run's report."""
     from rig import e2e
 
-    latest = (layout.runs / "latest").resolve()
-    report_path = latest / "report.json"
-    if not layout.netns_path.exists() or not (latest / "engine" / "state").is_dir():
-        say("no rig with a deployed stack is up: make rig")
+    rig = DeployedRig.find(layout)
+    if rig is None:
         return 1
-    binaries, missing = node.find_binaries()
-    if missing:
-        say(f"not built: {', '.join(missing)} (make rig builds them)")
-        return 1
-    processes.enter_network_namespace(layout.netns_path)
-    engine = Engine(run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs")
-    say(f"tests/e2e on stack {PROGRAM_STACK} (log: {latest / 'logs' / 'e2e.log'}) ...")
+    logs, kubectl = rig.latest / "logs", rig.binaries["kubectl"]
     began = time.monotonic()
     if bench:
-        result = e2e.run_bench(engine, layout, binaries["kubectl"], latest / "logs" / "bench-e2e.log")
+        say(f"make bench-e2e on stack {PROGRAM_STACK} (log: {logs / 'bench-e2e.log'}) ...")
+        result = e2e.run_bench(rig.engine, layout, kubectl, logs / "bench-e2e.log")
         for line in result["report"]:
             say(f"  {line}")
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-        report["bench_e2e"] = result
-        report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        rig.record("bench_e2e", result)
         return 0 if result["exit"] == 0 else 1
-    result = e2e.run_suite(engine, layout, binaries["kubectl"], latest / "logs" / "e2e.log", only)
+    say(f"tests/e2e on stack {PROGRAM_STACK} (log: {logs / 'e2e.log'}) ...")
+    result = e2e.run_suite(rig.engine, layout, kubectl, logs / "e2e.log", only)
     result["seconds"] = round(time.monotonic() - began, 1)
     for verdict in result["verdicts"]:
         say(f"  check {verdict['check']:>2} {verdict['title']}: {'PASS' if verdict['ok'] else 'FAIL'}")
     say(f"e2e: {result.get('summary')} in {result['seconds']} s")
-    report = json.loads(report_path.read_text(encoding="utf-8"))
-    report["e2e"] = result
-    report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    rig.record("e2e", result)
     return 0 if result.get("exit") == 0 else 1
 
 

@@ -34,6 +34,10 @@ PYTHON_IMAGE = "docker.io/library/python:3.11-bookworm"
 """Debian bookworm's Python (3.11), named as the official Debian-based Python image of that line."""
 
 
+PYTHON_LINK = LinkEntry("usr/local/bin/python", "/usr/bin/python3")
+"""`python` as the official Python images have it: the mock model's and the probe's commands run `python`."""
+
+
 def _version(piece_name: str) -> str:
     piece = load().pieces[piece_name]
     assert isinstance(piece, GoPiece | WheelPiece)
@@ -105,7 +109,7 @@ def node_images(binaries: Mapping[str, Path], pause: Path, applets: Sequence[str
         ),
         ImageSpec(
             reference=PYTHON_IMAGE,
-            entries=(LinkEntry("usr/local/bin/python", "/usr/bin/python3"),),
+            entries=(PYTHON_LINK,),
             cmd=("python",),
             debian_base=True,
             differs="Debian bookworm's python3 3.11 with `python` linked to it (upstream builds CPython into "
@@ -156,7 +160,7 @@ def platform_images(binaries: Mapping[str, Path], envoy: Path, probe: Path) -> l
             reference="docker.io/agent-budgets/probe:rig",
             entries=(
                 FileEntry("app/probe_agent.py", source=probe),
-                LinkEntry("usr/local/bin/python", "/usr/bin/python3"),
+                PYTHON_LINK,
             ),
             cmd=("python", "/app/probe_agent.py"),
             env=(

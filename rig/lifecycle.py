@@ -17,8 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -56,22 +54,11 @@ def preview_changes(engine: Engine, stack: str, name: str) -> list[tuple[str, st
 
 def rate_limit_header(node: Node, engine: Engine, stack: str, actor: str) -> tuple[int, str]:
     """One call as a service account; (status, the x-ratelimit-limit header Envoy's rate-limit filter sent)."""
-    outputs = engine.outputs(stack)
-    url, host = program.gateway_address(node, outputs)
+    url, host = program.gateway_address(node, engine.outputs(stack))
     namespace, name = actor.split(":", 1)[1].split("/")
     token = program.service_account_token(node, namespace, name, "agent-router")
-    body = json.dumps({"model": "mock-small", "messages": [{"role": "user", "content": "budget?"}]}).encode()
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "Host": host, "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.headers.get("x-ratelimit-limit", "")
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers.get("x-ratelimit-limit", "")
+    status, _, headers = program.call(url, host, token)
+    return status, headers.get("x-ratelimit-limit", "")
 
 
 def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:

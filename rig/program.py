@@ -202,8 +202,10 @@ def envoy_rolled_out(node: Node) -> str | None:
     return f"{len(ready)} Envoy pod(s) ready, containers {', '.join(containers)}"
 
 
-def call(url: str, host: str, token: str | None, model: str = "mock-small", timeout: float = 10) -> tuple[int, str]:
-    """One chat completion through the Gateway's Service, as an agent makes it; (status, body)."""
+def call(
+    url: str, host: str, token: str | None, model: str = "mock-small", timeout: float = 10
+) -> tuple[int, str, Mapping[str, str]]:
+    """One chat completion through the Gateway's Service, as an agent makes it; (status, body, headers)."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello from the rig"}]}).encode()
     headers = {"Content-Type": "application/json", "Host": host}
     if token is not None:
@@ -211,9 +213,9 @@ def call(url: str, host: str, token: str | None, model: str = "mock-small", time
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read().decode(errors="replace")
+            return response.status, response.read().decode(errors="replace"), response.headers
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
+        return error.code, error.read().decode(errors="replace"), error.headers
 
 
 def gateway_address(node: Node, outputs: Mapping[str, Any]) -> tuple[str, str]:
@@ -283,12 +285,12 @@ def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     token = service_account_token(node, namespace, name, "agent-router")
 
     def answered() -> str | None:
-        status, body = call(url, host, token)
+        status, body, _ = call(url, host, token)
         evidence["with_token"] = {"status": status, "body": body[:300]}
         return "200" if status == 200 else None
 
     wait_until(f"a call as {actor} through {url}", answered, 120)
-    status, body = call(url, host, None)
+    status, body, _ = call(url, host, None)
     evidence["without_credential"] = {"status": status, "body": body[:200]}
     if status != 401:
         raise StepError(f"a call without a credential got {status}, not 401: {body[:200]}")

@@ -126,17 +126,6 @@ def _umount(point: str) -> str | None:
     return None
 
 
-def _namespace_iptables_rules() -> list[str]:
-    """The rig's rule lines in the namespace (this process must be in it)."""
-    try:
-        listing = subprocess.run(
-            ["iptables", "-w", "-S", isolation.IPTABLES_CHAIN], capture_output=True, text=True, check=False
-        ).stdout
-    except OSError:
-        return []
-    return [line for line in listing.splitlines() if line.startswith("-A ")]
-
-
 def tear_down(layout: Layout) -> Removed:
     """Remove every trace of the rig's node (see the module's docstring); never raises for what is already gone."""
     removed = Removed()
