@@ -137,8 +137,11 @@ crds:
 
 # The rig (docs/rig.md): a real node in a network namespace of its own, every image built here. Not part of `make
 # test` (it needs root and the machine for minutes); its unit tests are (tests/test_rig_node.py).
+# The stack `make rig` deploys (docs/rig.md): dev-kubernetes (the default, the stack tests/e2e knows) or rig (every
+# identity source; the rig signs the Substrate actors' JWTs). Plain `=`: only the command line picks it.
+RIG_STACK = dev-kubernetes
 rig: $(STAMP)
-	$(BIN)/python -m rig up
+	$(BIN)/python -m rig up --stack $(RIG_STACK)
 
 rig-down: $(STAMP)
 	$(BIN)/python -m rig down

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig import addons, build, catalog, images, node, processes, program, teardown
+from rig import actor_keys, addons, build, catalog, images, node, processes, program, teardown
 from rig.by_hand import ByHand, default_directory
 from rig.engine import Engine
 from rig.layout import Layout, default_layout
@@ -38,6 +38,9 @@ from rig.processes import StepError
 PREFIX = "rig:"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROGRAM_STACK = "dev-kubernetes"
+RIG_STACKS = ("dev-kubernetes", "rig")
+"""The stack files `make rig` deploys: the Substrate-free dev stack (the default, the stack `tests/e2e` knows), or the
+rig stack with every identity source (Substrate's actor keys published by the rig: rig/actor_keys.py)."""
 CHECK_4 = "4 the program's stack deployed: accepted, pods running, a token call served, no credential 401"
 
 
@@ -155,9 +158,10 @@ def push_images(layout: Layout, built: Sequence[images.BuiltImage]) -> dict[str,
     return pushed
 
 
-def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
+def up(layout: Layout, keep: bool, program_only: bool = False, stack: str = PROGRAM_STACK) -> int:
     """The whole run (`make rig`), or with `program_only` the program's steps on a node already up
-    (`python -m rig program`: after a change to the program, without making the node again)."""
+    (`python -m rig program`: after a change to the program, without making the node again); `stack` is the stack
+    file deployed (`dev-kubernetes`, or `rig`: every identity source)."""
     if program_only:
         if not layout.netns_path.exists():
             say("no rig is up: make rig")
@@ -169,7 +173,8 @@ def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
         for line in teardown.tear_down(layout).lines():
             say(f"  removed {line}")
     run = Run(layout)
-    say(f"run {run.report['run']}: logs and report in {run.directory}")
+    run.report["stack"] = stack
+    say(f"run {run.report['run']}: logs and report in {run.directory} (stack {stack})")
     binaries: dict[str, Path] = {}
     built: list[images.BuiltImage] = []
     steps: list[tuple[str, Callable[[], Any]]] = []
@@ -239,16 +244,14 @@ def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
         return engine.install()
 
     def program_up() -> dict[str, Any]:
-        evidence = program.deploy(the_node, engine, by_hand, PROGRAM_STACK)
-        evidence["service_account_keys"] = program.copy_service_account_keys(
-            the_node, program.STACK_NAMESPACE, "kubernetes-service-account-jwks"
-        )
+        evidence = program.deploy(the_node, engine, by_hand, stack)
+        evidence["keys_published"] = actor_keys.publish_keys(the_node, engine, stack)
         return evidence
 
     def deployment_check() -> dict[str, Any]:
         began = time.monotonic()
         try:
-            evidence = program.check_deployment(the_node, engine, PROGRAM_STACK)
+            evidence = program.check_deployment(the_node, engine, stack)
             result = {"check": CHECK_4, "ok": True, "evidence": evidence}
         except StepError as error:
             result = {"check": CHECK_4, "ok": False, "error": str(error)}
@@ -265,7 +268,7 @@ def up(layout: Layout, keep: bool, program_only: bool = False) -> int:
 
     program_steps: list[tuple[str, Callable[[], Any]]] = [
         ("the Pulumi engine (CLI, language host, plugins)", the_engine),
-        (f"pulumi up of stack {PROGRAM_STACK}", program_up),
+        (f"pulumi up of stack {stack}", program_up),
         ("check 4: the program serves", deployment_check),
     ]
     steps = [
@@ -319,6 +322,8 @@ class DeployedRig:
 
     def __init__(self, layout: Layout, latest: Path, binaries: dict[str, Path]) -> None:
         self.layout, self.latest, self.binaries = layout, latest, binaries
+        report = json.loads((latest / "report.json").read_text(encoding="utf-8"))
+        self.stack: str = report.get("stack", PROGRAM_STACK)
         self.node = Node(layout=layout, run=latest, binaries=binaries, say=say)
         self.engine = Engine(
             run=latest, project_root=PROJECT_ROOT, by_hand=ByHand(default_directory()), log_dir=latest / "logs"
@@ -349,31 +354,34 @@ class DeployedRig:
         return path
 
 
-def engine_lifecycle(layout: Layout) -> int:
+def engine_lifecycle(layout: Layout, only: Sequence[int] = ()) -> int:
     """`python -m rig engine`: the deployed stack's life with the real engine (rig/lifecycle.py), into the run's
-    report."""
+    report; `only`: those steps (1-based), for a step run again after a fix."""
     from rig import lifecycle
 
     rig = DeployedRig.find(layout)
     if rig is None:
         return 1
-    results = []
+    previous = json.loads((rig.latest / "report.json").read_text(encoding="utf-8")).get("engine", [])
+    results = {result["step"]: result for result in previous} if only else {}
     total = len(lifecycle.LIFECYCLE)
     for index, (name, step) in enumerate(lifecycle.LIFECYCLE, start=1):
+        if only and index not in only:
+            continue
         say(f"[{index}/{total}] {name} ...")
         began = time.monotonic()
         try:
-            result = {"step": name, "ok": True, "evidence": step(rig.node, rig.engine, PROGRAM_STACK)}
+            result = {"step": name, "ok": True, "evidence": step(rig.node, rig.engine, rig.stack)}
         except StepError as error:
             result = {"step": name, "ok": False, "error": str(error)}
         result["seconds"] = round(time.monotonic() - began, 1)
         say(f"[{index}/{total}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         if not result["ok"]:
             say(f"  {result['error'][:800]}")
-        results.append(result)
-        report_path = rig.record("engine", results)
-    say(f"report: {report_path}")
-    return 0 if all(result["ok"] for result in results) else 1
+        results[name] = result
+        rig.record("engine", list(results.values()))
+    say(f"report: {rig.latest / 'report.json'}")
+    return 0 if all(result["ok"] for result in results.values()) else 1
 
 
 def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
@@ -387,13 +395,13 @@ def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     logs, kubectl = rig.latest / "logs", rig.binaries["kubectl"]
     began = time.monotonic()
     if bench:
-        say(f"make bench-e2e on stack {PROGRAM_STACK} (log: {logs / 'bench-e2e.log'}) ...")
+        say(f"make bench-e2e on stack {rig.stack} (log: {logs / 'bench-e2e.log'}) ...")
         result = e2e.run_bench(rig.engine, layout, kubectl, logs / "bench-e2e.log")
         for line in result["report"]:
             say(f"  {line}")
         rig.record("bench_e2e", result)
         return 0 if result["exit"] == 0 else 1
-    say(f"tests/e2e on stack {PROGRAM_STACK} (log: {logs / 'e2e.log'}) ...")
+    say(f"tests/e2e on stack {rig.stack} (log: {logs / 'e2e.log'}) ...")
     result = e2e.run_suite(rig.engine, layout, kubectl, logs / "e2e.log", only)
     result["seconds"] = round(time.monotonic() - began, 1)
     for verdict in result["verdicts"]:
@@ -430,9 +438,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     up_parser = commands.add_parser("up", help="bring the node up and run its checks (make rig)")
     up_parser.add_argument("--keep", action="store_true", help="leave a failed rig up to look at")
+    up_parser.add_argument("--stack", choices=RIG_STACKS, default=PROGRAM_STACK, help="the stack file deployed")
     commands.add_parser("down", help="remove every trace of the rig (make rig-down)")
-    commands.add_parser("program", help="the program's steps again on the node that is up (pulumi up, check 4)")
-    commands.add_parser("engine", help="the deployed stack's life with the real engine: changes, policy, destroy")
+    program_parser = commands.add_parser(
+        "program", help="the program's steps again on the node that is up (pulumi up, check 4)"
+    )
+    program_parser.add_argument("--stack", choices=RIG_STACKS, default=PROGRAM_STACK, help="the stack file deployed")
+    engine_parser = commands.add_parser(
+        "engine", help="the deployed stack's life with the real engine: changes, policy, destroy"
+    )
+    engine_parser.add_argument(
+        "--steps", type=lambda text: [int(part) for part in text.split(",")], default=[], help="only these, e.g. 4,7"
+    )
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
@@ -445,13 +462,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     layout = default_layout()
     if options.command == "up":
-        return up(layout, options.keep)
+        return up(layout, options.keep, stack=options.stack)
     if options.command == "down":
         return down(layout)
     if options.command == "program":
-        return up(layout, keep=True, program_only=True)
+        return up(layout, keep=True, program_only=True, stack=options.stack)
     if options.command == "engine":
-        return engine_lifecycle(layout)
+        return engine_lifecycle(layout, options.steps)
     if options.command == "e2e":
         return end_to_end(layout, options.only, options.bench)
     if options.command == "kubectl":

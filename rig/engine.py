@@ -27,6 +27,9 @@ from rig.by_hand import ByHand
 from rig.processes import StepError
 from rig.versions import GoPiece, load
 
+FAKE_ATE_DIRECTORY = "fake-ate"
+"""Where rig/egress_check.py puts the fake `kubectl ate` (tests/fake_kubectl.py) and its store, in the engine's
+directory."""
 SDK_SCRIPTS = {
     "pulumi-language-python-exec": "python/cmd/pulumi-language-python-exec",
     "pulumi-resource-pulumi-python": "python/dist/pulumi-resource-pulumi-python",
@@ -101,15 +104,32 @@ class Engine:
             PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK="true",
         )
         env.pop("KUBECONFIG", None)
+        # The fake `kubectl ate` of the egress step keeps its store here; the shards' reads and deletes reach it.
+        fake_store = self.directory / FAKE_ATE_DIRECTORY / "ate-state"
+        if fake_store.is_dir():
+            env["FAKE_ATE_STATE"] = str(fake_store)
         return env
 
-    def pulumi(self, *args: str, check: bool = True, timeout: float = 1800, log_name: str | None = None) -> str:
-        """Run the CLI in the project copy; its whole output goes to `<logs>/pulumi-<name>.log` too. A failure
-        raises StepError with the command and the output's tail."""
+    def pulumi(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 1800,
+        log_name: str | None = None,
+        cwd: Path | None = None,
+    ) -> str:
+        """Run the CLI in the project copy (or in `cwd`, another program's directory); its whole output goes to
+        `<logs>/pulumi-<name>.log` too. A failure raises StepError with the command and the output's tail."""
         argv = [str(self.bin / "pulumi"), *args, "--non-interactive"]
         started = time.monotonic()
         result = subprocess.run(
-            argv, cwd=self.project, env=self.environment(), capture_output=True, text=True, timeout=timeout, check=False
+            argv,
+            cwd=cwd or self.project,
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         output = result.stdout + result.stderr
         if self.log_dir is not None:
@@ -141,6 +161,10 @@ class Engine:
             )
         shutil.copy2(cli, self.bin / "pulumi")
         shutil.copy2(self.by_hand.path("pulumi-language-python"), self.bin / "pulumi-language-python")
+        # The YAML language host, for the component package's YAML program (rig/component_package.py).
+        yaml_host = cache.tool("pulumi-language-yaml")
+        if yaml_host is not None:
+            shutil.copy2(yaml_host, self.bin / "pulumi-language-yaml")
         piece = load().pieces["pulumi"]
         assert isinstance(piece, GoPiece)
         sdk = cache.module_cache() / f"github.com/pulumi/pulumi/sdk/v3@{piece.version}"
@@ -167,6 +191,9 @@ class Engine:
         return {
             "cli": version,
             "language_host": self.by_hand.describe("pulumi-language-python"),
+            "yaml_language_host": str(yaml_host)
+            if yaml_host is not None
+            else "not built (python -m rig.build pulumi-yaml)",
             "plugins": installed,
             "plugin_list": self.pulumi("plugin", "ls", "--json", log_name="plugins"),
         }
@@ -202,8 +229,8 @@ class Engine:
         path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
         return path
 
-    def outputs(self, stack: str) -> dict[str, Any]:
-        return json.loads(self.pulumi("stack", "output", "--stack", stack, "--json", log_name="outputs"))
+    def outputs(self, stack: str, cwd: Path | None = None) -> dict[str, Any]:
+        return json.loads(self.pulumi("stack", "output", "--stack", stack, "--json", log_name="outputs", cwd=cwd))
 
 
 def preview_counts(output: str) -> dict[str, int]:
@@ -218,9 +245,11 @@ def preview_counts(output: str) -> dict[str, int]:
         if in_summary:
             if not stripped:
                 break
-            words = stripped.lstrip("+-~<>").split()
-            if len(words) >= 2 and words[0].isdigit():
-                counts[" ".join(words[1:])] = int(words[0])
+            # `~ 5 updated`, `+-1 replaced`, and an update's last line `6 changes. 34 unchanged`.
+            for part in stripped.split(". "):
+                words = part.lstrip("+-~<>").split()
+                if len(words) >= 2 and words[0].isdigit():
+                    counts[" ".join(words[1:])] = int(words[0])
     return counts
 
 

@@ -2,8 +2,9 @@
 after the first `pulumi up`, each step a verdict with its evidence in the run's report.
 
 1. `pulumi preview --expect-no-changes` passes, and `pulumi refresh --expect-no-changes` finds no drift;
-2. a budget change previews as exactly one update, of the BackendTrafficPolicy, applies, and the next call is
-   limited by the new number (seconds from the start of `pulumi up` to that call, measured);
+2. a budget change (the default's token limit cut to a fifth) previews as exactly one update, of the
+   BackendTrafficPolicy, applies, and the next call of an actor under the default budget is limited by the new
+   number (seconds from the start of `pulumi up` to that call, measured);
 3. an added service account previews as the authorization change and, once applied, its first call is admitted;
 4. `pulumi preview --policy-pack policy` fails on a stack file that breaks a mandatory rule and passes on the stack's
    own;
@@ -22,7 +23,10 @@ from typing import Any
 
 import yaml
 
-from rig import program
+from core.identity import KUBERNETES, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_source, actors_of_source
+from core.settings import StackSettings
+from rig import actor_keys, egress_check, move, program
+from rig import component_package as component_package_check
 from rig.engine import Engine, changed_resources, secrets_seen
 from rig.node import Node
 from rig.processes import StepError, wait_until
@@ -53,29 +57,63 @@ def preview_changes(engine: Engine, stack: str, name: str) -> list[tuple[str, st
 
 
 def rate_limit_header(node: Node, engine: Engine, stack: str, actor: str) -> tuple[int, str]:
-    """One call as a service account; (status, the x-ratelimit-limit header Envoy's rate-limit filter sent)."""
+    """One call as `actor` (a service account, or a Substrate actor with the rig's key); (status, the
+    x-ratelimit-limit header Envoy's rate-limit filter sent)."""
     url, host = program.gateway_address(node, engine.outputs(stack))
-    namespace, name = actor.split(":", 1)[1].split("/")
-    token = program.service_account_token(node, namespace, name, "agent-router")
+    if actor.startswith(SERVICE_ACCOUNT_ID_PREFIX):
+        namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
+        token = program.service_account_token(node, namespace, name, "agent-router")
+    else:
+        token = actor_keys.actor_token(engine, actor_keys.stack_settings(engine, stack), actor)
     status, _, headers = program.call(url, host, token)
     return status, headers.get("x-ratelimit-limit", "")
 
 
+def default_budget_caller(settings: StackSettings) -> str:
+    """An active actor the default budget holds (no class, no pool, not suspended) that the rig can sign for: a
+    Substrate actor or a service account."""
+    held_elsewhere = set(settings.suspended)
+    held_elsewhere.update(actor for budget_class in settings.budgets.classes for actor in budget_class.actors)
+    held_elsewhere.update(member for pool in settings.budgets.pools for member in pool.members)
+    for actor in settings.actors:
+        if actor not in held_elsewhere and actor_source(actor) in (SUBSTRATE, KUBERNETES):
+            return actor
+    raise StepError("the stack lists no active Substrate actor or service account under the default budget")
+
+
+def lowered_default(budgets: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    """The budgets section with the default's token limit cut to a fifth, and (old, new): lower, so the token limit
+    is the caller's most restrictive one, the limit Envoy's `x-ratelimit-limit` names (a usd limit beside it has
+    more left after the calls made so far). Either form of the default: `tokens`/`per`, or a `limits` list."""
+    default = dict(budgets["default"])
+    if "limits" in default:
+        limits = [dict(limit) for limit in default["limits"]]
+        entry = next((limit for limit in limits if "tokens" in limit), None)
+        if entry is None:
+            raise StepError("the default budget has no token limit to change")
+        old = int(entry["tokens"])
+        entry["tokens"] = max(1, old // 5)
+        default["limits"] = limits
+        new = entry["tokens"]
+    else:
+        old = int(default["tokens"])
+        new = default["tokens"] = max(1, old // 5)
+    return {**budgets, "default": default}, old, new
+
+
 def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    """The default budget raised by 100 tokens: exactly one update (the BackendTrafficPolicy), then the next call's
-    `x-ratelimit-limit` names the new limit."""
+    """The default budget's token limit cut to a fifth: exactly one update (the BackendTrafficPolicy), then the next
+    call's `x-ratelimit-limit` names the new limit."""
     config = _stack_config(engine, stack)
-    budgets = config["agent-budgets:budgets"]
-    old = int(budgets["default"]["tokens"])
-    new = old + 100
-    engine.overlay(stack, {"agent-budgets:budgets": {**budgets, "default": {**budgets["default"], "tokens": new}}})
+    actor = default_budget_caller(actor_keys.stack_settings(engine, stack))
+    budgets, old, new = lowered_default(config["agent-budgets:budgets"])
+    engine.overlay(stack, {"agent-budgets:budgets": budgets})
     changes = preview_changes(engine, stack, "budget")
     if len(changes) != 1 or changes[0][0] != "update" or ":BackendTrafficPolicy::" not in changes[0][1]:
         raise StepError(f"a budget change previews as {changes}, not one update of the BackendTrafficPolicy")
     began = time.monotonic()
     engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-budget")
     applied = round(time.monotonic() - began, 1)
-    actor = next(a for a in config["agent-budgets:actors"] if a.startswith("serviceaccount:"))
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
@@ -86,6 +124,7 @@ def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     wait_until(f"a call limited by {new} tokens", limited_by_new, 120, interval=1)
     return {
         "preview": changes,
+        "caller": actor,
         "limit": [old, new],
         "up_seconds": applied,
         "seconds_from_up_to_the_first_call_with_the_new_limit": round(time.monotonic() - began, 1),
@@ -121,6 +160,11 @@ def add_service_account(node: Node, engine: Engine, stack: str) -> dict[str, Any
     }
 
 
+def with_substrate_actor(actors: list[str]) -> list[str]:
+    """The actors with a Substrate one among them (the egress rule needs one), added only when there is none."""
+    return actors if actors_of_source(actors, SUBSTRATE) else [*actors, "agents/actor-a"]
+
+
 def policy_pack(engine: Engine, stack: str) -> dict[str, Any]:
     """The pack on the stack's own file (passes) and on a copy of it that lets egress policies reach an extra host
     (`substrate.egress.extraHostnames`, which `egress-reaches-only-the-gateway` refuses unless the pack allows it)."""
@@ -139,7 +183,7 @@ def policy_pack(engine: Engine, stack: str) -> dict[str, Any]:
                 "trust": {"mode": "localJwks"},
                 "egress": {"enabled": True, "extraHostnames": ["api.example.com"]},
             },
-            "agent-budgets:actors": [*_stack_config(engine, stack)["agent-budgets:actors"], "agents/actor-a"],
+            "agent-budgets:actors": with_substrate_actor(_stack_config(engine, stack)["agent-budgets:actors"]),
         },
     )
     engine.pulumi("stack", "init", broken, log_name="policy-broken")
@@ -199,10 +243,8 @@ def stack_objects_left(items: list[dict[str, Any]]) -> list[str]:
     )
 
 
-def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    began = time.monotonic()
-    engine.pulumi("destroy", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-destroy", timeout=1800)
-    seconds = round(time.monotonic() - began, 1)
+def wait_namespaces_gone(node: Node, timeout: float = 240) -> str:
+    """Until none of the stack's namespaces is left (finalization takes minutes after `destroy`)."""
 
     def gone() -> str | None:
         left = [
@@ -210,7 +252,14 @@ def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         ]
         return "none of the stack's namespaces left" if not left else None
 
-    wait_until("the stack's namespaces gone", gone, 180)
+    return wait_until("the stack's namespaces gone", gone, timeout)
+
+
+def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    began = time.monotonic()
+    engine.pulumi("destroy", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-destroy", timeout=1800)
+    seconds = round(time.monotonic() - began, 1)
+    wait_namespaces_gone(node)
     listing = node.kubectl(
         "get",
         "all,configmaps,secrets,serviceaccounts",
@@ -231,18 +280,37 @@ def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     )
     state = json.loads(engine.pulumi("stack", "export", "--stack", stack, log_name="destroy"))
     resources = state.get("deployment", {}).get("resources") or []
-    return {
+    evidence: dict[str, Any] = {
         "destroy_seconds": seconds,
         "resources_left_in_state": len(resources),
         "crds_left_by_helm": len(crds),
     }
+    egress = egress_check.destroyed(engine, node)
+    if egress is not None:
+        evidence["egress"] = egress
+    return evidence
+
+
+def component_package(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    """On the emptied cluster: the YAML program through plugin/ (rig/component_package.py)."""
+    wait_namespaces_gone(node)
+    return component_package_check.run(node, engine, "dev-kubernetes", program.overlay(node.layout, engine.by_hand))
+
+
+def move_under_agent_budgets(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    """On the emptied cluster: the program at the commit before AgentBudgets, then today's (rig/move.py)."""
+    wait_namespaces_gone(node)
+    return move.run(node, engine, "dev-kubernetes")
 
 
 LIFECYCLE: list[tuple[str, Callable[[Node, Engine, str], dict[str, Any]]]] = [
     ("preview --expect-no-changes and refresh find nothing", lambda n, e, s: no_changes(e, s)),
     ("a budget change: one update, applied, the next call limited by it", budget_change),
     ("an added service account: admitted after up", add_service_account),
+    ("egress policies under the real dynamic-provider host (fake kubectl ate)", egress_check.run),
     ("the policy pack fails a broken stack and passes the stack's own", lambda n, e, s: policy_pack(e, s)),
     ("no secret in plain text in state, outputs or logs", secrets_scan),
     ("destroy leaves nothing of the stack", destroy),
+    ("the component package: a YAML program deploys, egress on gets the documented error", component_package),
+    ("the move under AgentBudgets: the commit before it, then today's, nothing replaced", move_under_agent_budgets),
 ]

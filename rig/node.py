@@ -55,6 +55,7 @@ NODE_BINARIES = (
     "ratelimit",
     "pulumi",
     "pulumi-resource-kubernetes",
+    "pulumi-language-yaml",
 )
 """Every binary of rig/versions.toml the rig runs: the node's, the images' and the engine's (rig.build builds them:
 `make rig` asks it first)."""

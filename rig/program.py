@@ -20,13 +20,16 @@ from typing import Any
 
 import yaml
 
-from rig import cache, catalog, images
+from core.identity import SUBSTRATE, actor_header_value, actors_of_source
+from core.settings import StackSettings
+from rig import actor_keys, cache, catalog, images
 from rig.by_hand import ByHand
 from rig.engine import Engine, preview_counts
 from rig.layout import Layout
 from rig.node import Node, pod_summary
 from rig.processes import StepError, wait_until
 from rig.versions import WheelPiece, load
+from tests.support.tokens import Signer
 
 AGENT_ROUTER_VERSION = "v1.1.0"
 """The only Agent Router the rig can run: upstream envoyproxy/ai-gateway's newest tag in the snapshot (the program
@@ -122,20 +125,6 @@ def overlay(layout: Layout, by_hand: ByHand) -> dict[str, Any]:
         "agent-budgets:redis": {"image": catalog.REDIS_IMAGE},
         "agent-budgets:mockModel": {"image": catalog.PYTHON_IMAGE},
     }
-
-
-def copy_service_account_keys(node: Node, namespace: str, config_map: str) -> str:
-    """What `make up IDENTITY=kubernetes` step service-account-keys does: the API server's /openid/v1/jwks into the
-    SecurityPolicy's ConfigMap."""
-    jwks = node.kubectl("get", "--raw", "/openid/v1/jwks")
-    document = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": config_map, "namespace": namespace},
-        "data": {"jwks": jwks},
-    }
-    node.apply([document])
-    return ", ".join(key.get("kid", "?") for key in json.loads(jwks).get("keys", []))
 
 
 def conditions_of(resource: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -290,12 +279,41 @@ def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         return "200" if status == 200 else None
 
     wait_until(f"a call as {actor} through {url}", answered, 120)
+    settings = actor_keys.stack_settings(engine, stack)
+    if SUBSTRATE in settings.identity.sources:
+        evidence["substrate"] = substrate_calls(engine, settings, url, host)
     status, body, _ = call(url, host, None)
     evidence["without_credential"] = {"status": status, "body": body[:200]}
     if status != 401:
         raise StepError(f"a call without a credential got {status}, not 401: {body[:200]}")
     evidence["gateway"] = {"url": url, "host": host, "actor": actor}
     return evidence
+
+
+def substrate_calls(engine: Engine, settings: StackSettings, url: str, host: str) -> dict[str, Any]:
+    """With the rig as Substrate's IdP (localJwks): a listed actor's JWT is served, a suspended actor's gets 403, and
+    a token the trusted key did not sign gets 401."""
+    suspended = set(settings.suspended)
+    substrate_actors = actors_of_source(settings.actors, SUBSTRATE)
+    active = [actor for actor in substrate_actors if actor not in suspended]
+    if not active:
+        raise StepError("the stack lists the substrate source but no active Substrate actor to call as")
+    seen: dict[str, Any] = {}
+
+    def expect(label: str, token: str, wanted: int) -> None:
+        status, body, _ = call(url, host, token)
+        seen[label] = {"status": status, "body": body[:160]}
+        if status != wanted:
+            raise StepError(f"{label}: {status}, not {wanted}: {body[:300]}")
+
+    expect(f"actor JWT of {active[0]}", actor_keys.actor_token(engine, settings, active[0]), 200)
+    for actor in sorted(suspended & set(substrate_actors))[:1]:
+        expect(f"actor JWT of suspended {actor}", actor_keys.actor_token(engine, settings, actor), 403)
+    forged = Signer(actor_keys.KEY_ID).token(
+        {"iss": settings.substrate.issuer, "aud": settings.substrate.audience, "sub": actor_header_value(active[0])}
+    )
+    expect("a JWT signed by another key with the rig's key id", forged, 401)
+    return seen
 
 
 def deploy(node: Node, engine: Engine, by_hand: ByHand, stack: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def test_the_versions_file_parses_and_every_go_piece_names_a_module_version_and_
     go = {name: piece for name, piece in versions.pieces.items() if isinstance(piece, GoPiece)}
     assert set(go) == {
         *("egctl", "envoy-gateway", "helm", "promtool"),
-        *("ratelimit", "etcd", "kubernetes", "pulumi", "pulumi-kubernetes"),
+        *("ratelimit", "etcd", "kubernetes", "pulumi", "pulumi-kubernetes", "pulumi-yaml"),
         *("containerd", "runc", "coredns", "registry", "local-path-provisioner"),
     }
     for piece in go.values():

@@ -37,6 +37,8 @@ def test_the_resource_summary_is_read_from_the_engines_output():
     preview = "Resources:\n    ~ 1 to update\n    44 unchanged\n\n"
     assert engine.preview_counts(preview) == {"to update": 1, "unchanged": 44}
     assert engine.preview_counts("no summary") == {}
+    upgrade = "Resources:\n    ~ 5 updated\n    +-1 replaced\n    6 changes. 34 unchanged\n\nDuration: 10s\n"
+    assert engine.preview_counts(upgrade) == {"updated": 5, "replaced": 1, "changes": 6, "unchanged": 34}
 
 
 def test_a_previews_changes_are_its_steps_that_are_not_same():

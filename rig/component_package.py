@@ -1,0 +1,123 @@
+"""The component package on the real engine: a Pulumi YAML program using `AgentBudgets` through `plugin/`.
+
+docs/use-from-your-program.md promises two things of a program in another language: the package deploys a stack
+without egress policies, and with them on (`substrate.egress.enabled`, the default, with a Substrate actor) the
+component fails with the documented `substrate.egress.enabled: is true (the default). ...`. Here both run with the
+real CLI and the YAML language host (`pulumi-language-yaml`, built from the Go module proxy: rig/versions.toml), the
+package referenced by its local path in the YAML program's `packages:` (what `pulumi package add ./plugin` writes),
+its Python host running `plugin/__main__.py` from the project copy. The program's properties are a stack file's
+sections, the rig's overlay on top, as a user of the package would write them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from core.validation import parse_settings
+from rig import actor_keys, program
+from rig.engine import Engine, preview_counts
+from rig.node import Node
+from rig.processes import StepError, wait_until
+
+PACKAGE_PROJECT = "agent-budgets-yaml"
+PACKAGE_STACK = "yaml"
+EGRESS_REFUSAL_START = "substrate.egress.enabled: is true (the default)."
+COMPONENT_TYPE = "agent-budgets:index:AgentBudgets"
+
+
+def properties_of(stack_file: Path) -> dict[str, Any]:
+    """A stack file's `agent-budgets:<section>` values as the component's properties (the same names)."""
+    config = (yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}).get("config") or {}
+    return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith("agent-budgets:")}
+
+
+def yaml_program(plugin: Path, properties: dict[str, Any]) -> dict[str, Any]:
+    """Pulumi.yaml of a YAML program with one AgentBudgets and its gateway's address as outputs."""
+    return {
+        "name": PACKAGE_PROJECT,
+        "runtime": "yaml",
+        "packages": {"agent-budgets": str(plugin)},
+        "resources": {"budgets": {"type": COMPONENT_TYPE, "properties": properties}},
+        "outputs": {"gatewayUrl": "${budgets.gatewayUrl}", "worstCase": "${budgets.worstCase}"},
+    }
+
+
+def write_program(directory: Path, plugin: Path, properties: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "Pulumi.yaml"
+    path.write_text(yaml.safe_dump(yaml_program(plugin, properties), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def with_egress(properties: dict[str, Any]) -> dict[str, Any]:
+    """The same program with a Substrate actor and the egress policies left at their default (on)."""
+    sources = list((properties.get("identity") or {}).get("sources") or ["kubernetes"])
+    return {
+        **properties,
+        "identity": {**(properties.get("identity") or {}), "sources": ["substrate", *sources]},
+        "substrate": {"trust": {"mode": "localJwks"}},
+        "actors": [*properties.get("actors", []), "agents/actor-yaml"],
+    }
+
+
+def run(node: Node, engine: Engine, stack: str, overlay: dict[str, Any]) -> dict[str, Any]:
+    """Egress on: the preview fails with the documented error. Egress off: `up` deploys, a service account's call is
+    served through the gateway the program's output names, `destroy` removes it all."""
+    plugin = engine.project / "plugin"
+    plugin_venv = plugin / "venv"
+    if not plugin_venv.exists():
+        plugin_venv.symlink_to(engine.project_root / "venv")
+    properties = properties_of(engine.project / f"Pulumi.{stack}.yaml")
+    properties.update({key.split(":", 1)[1]: value for key, value in overlay.items()})
+    directory = engine.directory / "yaml-program"
+    evidence: dict[str, Any] = {"program": str(directory / "Pulumi.yaml"), "package": str(plugin)}
+
+    write_program(directory, plugin, with_egress(properties))
+    # `select --create`: a stack left by an interrupted run is taken as it is.
+    engine.pulumi("stack", "select", "--create", PACKAGE_STACK, cwd=directory, log_name="yaml-init")
+    output = engine.pulumi("preview", "--stack", PACKAGE_STACK, cwd=directory, check=False, log_name="yaml-egress")
+    log = (engine.log_dir / "pulumi-yaml-egress.log").read_text(encoding="utf-8") if engine.log_dir else output
+    refusal = [line.strip() for line in log.splitlines() if EGRESS_REFUSAL_START in line]
+    if not refusal:
+        raise StepError(f"with egress on, the YAML program's preview did not fail as documented: {log[-800:]}")
+    evidence["egress_on"] = {"preview": "failed", "error": refusal[0][:300]}
+
+    write_program(directory, plugin, properties)
+    began = time.monotonic()
+    output = engine.pulumi(
+        "up", "--stack", PACKAGE_STACK, "--yes", "--skip-preview", cwd=directory, log_name="yaml-up", timeout=2400
+    )
+    evidence["up"] = {"seconds": round(time.monotonic() - began, 1), "resources": preview_counts(output)}
+    outputs = engine.outputs(PACKAGE_STACK, cwd=directory)
+    url, host = program.gateway_address(node, outputs)
+    actor = next(a for a in properties["actors"] if str(a).startswith("serviceaccount:"))
+    namespace, name = actor.split(":", 1)[1].split("/")
+    evidence["published_keys"] = actor_keys.publish_keys_of(node, engine, parse_settings(properties))
+    token = program.service_account_token(node, namespace, name, "agent-router")
+    seen: dict[str, Any] = {}
+
+    def served() -> str | None:
+        status, body, _ = program.call(url, host, token)
+        seen.update(status=status, body=body[:160])
+        return "200" if status == 200 else None
+
+    wait_until(f"a call as {actor} through the YAML program's gateway", served, 180)
+    evidence["call"] = {"actor": actor, "gateway": outputs["gatewayUrl"], **seen}
+    began = time.monotonic()
+    engine.pulumi(
+        "destroy",
+        "--stack",
+        PACKAGE_STACK,
+        "--yes",
+        "--skip-preview",
+        cwd=directory,
+        log_name="yaml-destroy",
+        timeout=1800,
+    )
+    evidence["destroy_seconds"] = round(time.monotonic() - began, 1)
+    engine.pulumi("stack", "rm", PACKAGE_STACK, "--yes", cwd=directory, log_name="yaml-destroy")
+    return evidence

@@ -1,0 +1,208 @@
+"""The rig's engine steps beyond the first deploy, without a node: the actor keys it signs with for the rig stack,
+the budget change it makes to either stack file, the YAML program of the component package, the move's judgement of
+an upgrade preview, and the egress step's reading of the engine's diff.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent_budgets.component import RemoteModeError, _check_package_mode
+from core.egress.shards import shard_of
+from core.validation import parse_settings
+from rig import actor_keys, component_package, egress_check, lifecycle, move
+from rig.engine import Engine
+from rig.processes import StepError
+from tools.spend.stack import load_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _settings(stack: str):
+    return parse_settings(load_stack(ROOT, stack).raw)
+
+
+def _claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_the_rig_signs_actor_jwts_with_the_claims_the_security_policy_checks(tmp_path: Path):
+    engine = Engine(run=tmp_path, project_root=ROOT, by_hand=None, log_dir=None)  # type: ignore[arg-type]
+    settings = _settings("rig")
+    claims = _claims(actor_keys.actor_token(engine, settings, "agents/actor-a"))
+    assert claims["iss"] == "https://idp.ate-system.svc"
+    assert claims["aud"] == "agent-router"
+    assert claims["sub"] == "actor/agents/actor-a"
+    assert claims["exp"] - claims["iat"] == 900
+    # One key per run, private to root, and the JWKS published is the key that signs.
+    key_file = actor_keys.signing_key_path(engine)
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    first = actor_keys.actor_signer(engine).jwks()
+    assert actor_keys.actor_signer(engine).jwks() == first
+    assert json.loads(first)["keys"][0]["kid"] == actor_keys.KEY_ID
+    assert "sub" not in _claims(actor_keys.actor_token(engine, settings, "agents/actor-a", sub=None))
+
+
+@pytest.mark.parametrize(
+    ("stack", "caller", "old", "new"),
+    [("rig", "agents/actor-a", 1000, 200), ("dev-kubernetes", "serviceaccount:agents/actor-a", 500, 100)],
+)
+def test_the_budget_change_cuts_the_default_token_limit_of_either_stack_file(stack, caller, old, new):
+    settings = _settings(stack)
+    assert lifecycle.default_budget_caller(settings) == caller
+    budgets = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]["agent-budgets:budgets"]
+    changed, was, now = lifecycle.lowered_default(budgets)
+    assert (was, now) == (old, new)
+    # Only that number moves, and the result is still a valid budget.
+    raw = load_stack(ROOT, stack).raw
+    limits = parse_settings({**raw, "budgets": changed}).budgets.default.limit_list()
+    assert [limit.tokens for limit in limits if limit.tokens is not None] == [new]
+    assert {key: value for key, value in changed.items() if key != "default"} == {
+        key: value for key, value in budgets.items() if key != "default"
+    }
+
+
+def test_the_budget_change_refuses_a_default_without_a_token_limit():
+    with pytest.raises(StepError, match="no token limit"):
+        lifecycle.lowered_default({"default": {"limits": [{"usd": 1, "per": "Day"}]}})
+
+
+def test_the_yaml_program_sets_only_properties_the_package_schema_has(tmp_path: Path):
+    schema = json.loads((ROOT / "plugin" / "schema.json").read_text())
+    inputs = schema["resources"][component_package.COMPONENT_TYPE]["inputProperties"]
+    properties = component_package.properties_of(ROOT / "Pulumi.dev-kubernetes.yaml")
+    assert properties["actors"] == [
+        "serviceaccount:agents/actor-a",
+        "serviceaccount:agents/actor-b",
+        "apikey:actor-key",
+    ]
+    path = component_package.write_program(tmp_path, ROOT / "plugin", properties)
+    program = yaml.safe_load(path.read_text())
+    assert program["runtime"] == "yaml"
+    assert program["packages"] == {"agent-budgets": str(ROOT / "plugin")}
+    assert set(program["resources"]["budgets"]["properties"]) <= set(inputs)
+    assert set(schema["resources"][component_package.COMPONENT_TYPE]["properties"]) >= {"gatewayUrl", "worstCase"}
+
+
+def test_the_egress_variant_is_refused_by_the_package_with_the_words_the_step_looks_for():
+    properties = component_package.properties_of(ROOT / "Pulumi.dev-kubernetes.yaml")
+    settings = parse_settings(component_package.with_egress(properties))
+    with pytest.raises(RemoteModeError) as refused:
+        _check_package_mode(settings, properties.get("kubernetes"))
+    assert str(refused.value).startswith(component_package.EGRESS_REFUSAL_START)
+    # Without the variant the same properties pass the package's check.
+    assert _check_package_mode(parse_settings(properties), properties.get("kubernetes")) is None
+
+
+def _steps(*pairs: tuple[str, str]) -> str:
+    return json.dumps({"steps": [{"op": op, "urn": urn} for op, urn in pairs]})
+
+
+def test_the_upgrade_is_judged_by_replacements_deletions_and_creations():
+    component = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets::agent-budgets"
+    redis = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets$kubernetes:apps/v1:StatefulSet::redis"
+    good = move.operations(_steps(("same", redis), ("create", component), ("update", redis)))
+    assert move.judge_upgrade(good) == []
+    assert move.judge_upgrade(move.operations(_steps(("replace", redis), ("create", component)))) == [
+        f"replace {redis}"
+    ]
+    assert move.judge_upgrade(move.operations(_steps(("delete", redis)))) == [
+        f"delete {redis}",
+        "the AgentBudgets component is not created",
+    ]
+    assert move.judge_upgrade(move.operations(_steps(("create", component), ("create", redis)))) == [f"create {redis}"]
+
+
+def test_the_old_program_gets_the_overlay_without_the_keys_it_lacks():
+    overlay = {
+        "agent-budgets:kubernetes": {"context": "agent-budgets-rig"},
+        "agent-budgets:platform": {"charts": {}, "images": {"registry": "127.0.0.1:5000"}},
+        "agent-budgets:redis": {"image": "r"},
+    }
+    assert move.old_overlay(overlay) == {
+        "agent-budgets:kubernetes": {"context": "agent-budgets-rig"},
+        "agent-budgets:redis": {"image": "r"},
+        "agent-budgets:platform": {"install": False},
+    }
+
+
+def test_a_commit_is_exported_as_its_tracked_files(tmp_path: Path):
+    target = move.export_commit(ROOT, "HEAD", tmp_path / "copy")
+    assert (target / "Pulumi.yaml").read_text() == (ROOT / "Pulumi.yaml").read_text()
+    assert (target / "venv").is_symlink()
+    assert not (target / ".git").exists()
+
+
+def test_an_actor_is_found_for_an_occupied_shard():
+    shard = shard_of("agents/actor-a")
+    added = egress_check.actor_in_shard(shard, {"agents/actor-a"})
+    assert shard_of(added) == shard
+    assert added != "agents/actor-a"
+
+
+DIFF = """\
+Previewing update (rig):
+  pulumi:pulumi:Stack: (same)
+    [urn=urn:pulumi:rig::agent-budgets::pulumi:pulumi:Stack::agent-budgets-rig]
+    ~ pulumi-python:dynamic:EgressPolicyShard: (update)
+        [id=egress-shard-05]
+        [urn=urn:pulumi:rig::agent-budgets::agent-budgets:index:AgentBudgets$pulumi-python:dynamic:EgressPolicyShard::egress-shard-05]
+      ~ actors            : {
+            agents/actor-a       : "sha256:f9f88bd28bf30d09"
+          + agents/actor-egress-1: "sha256:f9f88bd28bf30d09"
+        }
+        concurrency       : 8
+    ~ kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy: (update)
+        [urn=urn:pulumi:rig::agent-budgets::kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy::jwt]
+      ~ spec: {
+            policies: []
+        }
+Resources:
+    ~ 2 to update
+"""
+
+
+def test_the_diff_of_one_shard_ends_at_the_next_resource():
+    block = egress_check.shard_block(DIFF, "egress-shard-05")
+    assert "+ agents/actor-egress-1" in block
+    assert "concurrency" in block
+    assert "SecurityPolicy" not in block and "policies" not in block
+    assert egress_check.shard_block(DIFF, "egress-shard-06") == ""
+
+
+def test_the_fakes_kubeconfig_is_the_same_document_in_json(tmp_path: Path):
+    source = tmp_path / "admin.yaml"
+    document = {"apiVersion": "v1", "clusters": [{"name": "c", "cluster": {"server": "https://10.244.0.1:6443"}}]}
+    source.write_text(yaml.safe_dump(document))
+    target = egress_check.json_kubeconfig(source, tmp_path / "admin.json")
+    assert json.loads(target.read_text()) == document
+    assert target.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_broken_stack_of_the_policy_step_lists_each_actor_once():
+    rig_actors = load_stack(ROOT, "rig").raw["actors"]
+    assert lifecycle.with_substrate_actor(rig_actors) == rig_actors
+    assert lifecycle.with_substrate_actor(["serviceaccount:agents/a"]) == ["serviceaccount:agents/a", "agents/actor-a"]
+
+
+def test_after_the_moves_commit_only_a_config_maps_replacement_is_accepted():
+    config_map = (
+        "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets$agent-budgets:models:MockModel"
+        "$kubernetes:core/v1:ConfigMap::mock-model-server"
+    )
+    redis = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets$kubernetes:apps/v1:StatefulSet::redis"
+    replaced = move.operations(_steps(("replace", config_map), ("update", redis)))
+    assert move.judge_later_commits(replaced) == []
+    # The same replacement is refused at the move's own commit, and a Redis replacement after it.
+    assert move.judge_upgrade(replaced) == [f"replace {config_map}", "the AgentBudgets component is not created"]
+    assert move.judge_later_commits(move.operations(_steps(("replace", redis)))) == [f"replace {redis}"]
+    assert move.judge_later_commits(move.operations(_steps(("create", redis), ("delete", config_map)))) == [
+        f"create {redis}",
+        f"delete {config_map}",
+    ]
