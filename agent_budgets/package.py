@@ -9,7 +9,9 @@ built the same way in this process (plugin/schema.json, `make docs`).
 import json
 from typing import Any
 
+import pulumi
 from pulumi.provider.experimental.component import ComponentProvider
+from pulumi.provider.server import ComponentInitError
 
 from agent_budgets.component import TYPE_TOKEN, AgentBudgets
 from agent_budgets.version import VERSION
@@ -43,6 +45,25 @@ class PackageProvider(ComponentProvider):
     def __init__(self) -> None:
         super().__init__(PACKAGE_COMPONENTS, PACKAGE_NAME, version=VERSION)
         self.schema = json.dumps(with_secrets_marked(json.loads(self.schema or "{}")))
+
+    def construct(
+        self,
+        name: str,
+        resource_type: str,
+        inputs: pulumi.Inputs,
+        options: pulumi.ResourceOptions | None = None,
+    ) -> Any:
+        """The SDK's construct, with a refused input reported as one: `ComponentProvider.construct` wraps every
+        exception of the constructor in `ComponentInitError` (pulumi 3.272.0 provider/experimental/component.py), so
+        the server's `InputPropertyError` branch (provider/server.py `Construct`) never sees ours, and the engine
+        printed `Unexpected <class 'Exception'>:` and our traceback. Unwrapped, it answers with the property and the
+        reason, as an invalid-input status."""
+        try:
+            return super().construct(name, resource_type, inputs, options)
+        except ComponentInitError as error:
+            if isinstance(error.inner, pulumi.InputPropertyError):
+                raise error.inner from None
+            raise
 
 
 def package_schema() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 docs/use-from-your-program.md promises two things of a program in another language: the package deploys a stack
 without egress policies, and with them on (`substrate.egress.enabled`, the default, with a Substrate actor) the
-component fails with the documented `substrate.egress.enabled: is true (the default). ...`. Here both run with the
+component refuses the input as documented (`property substrate.egress.enabled has a problem: is true (the
+default). ...`). Here both run with the
 real CLI and the YAML language host (`pulumi-language-yaml`, built from the Go module proxy: rig/versions.toml), the
 package referenced by its local path in the YAML program's `packages:` (what `pulumi package add ./plugin` writes),
 its Python host running `plugin/__main__.py` from the project copy. The program's properties are a stack file's
@@ -25,7 +26,10 @@ from rig.processes import StepError, wait_until
 
 PACKAGE_PROJECT = "agent-budgets-yaml"
 PACKAGE_STACK = "yaml"
-EGRESS_REFUSAL_START = "substrate.egress.enabled: is true (the default)."
+EGRESS_PROPERTY = "substrate.egress.enabled"
+EGRESS_REASON_START = "is true (the default)."
+EGRESS_REFUSAL_START = f"property {EGRESS_PROPERTY} has a problem: {EGRESS_REASON_START}"
+"""How the engine reports the component's refused input (an InputPropertyError: agent_budgets/package.py)."""
 COMPONENT_TYPE = "agent-budgets:index:AgentBudgets"
 
 
@@ -79,11 +83,11 @@ def run(node: Node, engine: Engine, stack: str, overlay: dict[str, Any]) -> dict
     write_program(directory, plugin, with_egress(properties))
     # `select --create`: a stack left by an interrupted run is taken as it is.
     engine.pulumi("stack", "select", "--create", PACKAGE_STACK, cwd=directory, log_name="yaml-init")
-    output = engine.pulumi("preview", "--stack", PACKAGE_STACK, cwd=directory, check=False, log_name="yaml-egress")
-    log = (engine.log_dir / "pulumi-yaml-egress.log").read_text(encoding="utf-8") if engine.log_dir else output
-    refusal = [line.strip() for line in log.splitlines() if EGRESS_REFUSAL_START in line]
-    if not refusal:
-        raise StepError(f"with egress on, the YAML program's preview did not fail as documented: {log[-800:]}")
+    engine.pulumi("preview", "--stack", PACKAGE_STACK, cwd=directory, check=False, log_name="yaml-egress")
+    output = engine.last_output
+    refusal = [line.strip() for line in output.splitlines() if EGRESS_REFUSAL_START in line]
+    if not refusal or "Traceback" in output or "Unexpected <class" in output:
+        raise StepError(f"with egress on, the YAML program's preview did not fail as documented: {output[-800:]}")
     evidence["egress_on"] = {"preview": "failed", "error": refusal[0][:300]}
 
     write_program(directory, plugin, properties)
@@ -107,17 +111,6 @@ def run(node: Node, engine: Engine, stack: str, overlay: dict[str, Any]) -> dict
 
     wait_until(f"a call as {actor} through the YAML program's gateway", served, 180)
     evidence["call"] = {"actor": actor, "gateway": outputs["gatewayUrl"], **seen}
-    began = time.monotonic()
-    engine.pulumi(
-        "destroy",
-        "--stack",
-        PACKAGE_STACK,
-        "--yes",
-        "--skip-preview",
-        cwd=directory,
-        log_name="yaml-destroy",
-        timeout=1800,
-    )
-    evidence["destroy_seconds"] = round(time.monotonic() - began, 1)
+    evidence["destroy"] = program.destroy(node, engine, PACKAGE_STACK, log_name="yaml-destroy", cwd=directory)
     engine.pulumi("stack", "rm", PACKAGE_STACK, "--yes", cwd=directory, log_name="yaml-destroy")
     return evidence

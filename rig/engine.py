@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class Engine:
     project_root: Path
     by_hand: ByHand
     log_dir: Path | None = None
+    last_output: str = field(default="", init=False, repr=False)
+    """The whole output (stdout and stderr) of the newest `pulumi` call: what a step that expects a failure reads."""
 
     @property
     def passphrase(self) -> str:
@@ -132,6 +134,7 @@ class Engine:
             check=False,
         )
         output = result.stdout + result.stderr
+        self.last_output = output
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             name = log_name or "-".join(arg for arg in args[:2] if not arg.startswith("-"))

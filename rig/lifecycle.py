@@ -187,8 +187,8 @@ def policy_pack(engine: Engine, stack: str) -> dict[str, Any]:
         },
     )
     engine.pulumi("stack", "init", broken, log_name="policy-broken")
-    output = engine.pulumi("preview", "--stack", broken, "--policy-pack", "policy", check=False, log_name="policy-fail")
-    log = (engine.log_dir / "pulumi-policy-fail.log").read_text(encoding="utf-8") if engine.log_dir else output
+    engine.pulumi("preview", "--stack", broken, "--policy-pack", "policy", check=False, log_name="policy-fail")
+    log = engine.last_output
     if "egress-reaches-only-the-gateway" not in log or "mandatory" not in log:
         raise StepError(f"the broken stack's preview did not fail on the mandatory rule: {log[-600:]}")
     engine.pulumi("stack", "rm", broken, "--yes", "--force", log_name="policy-broken")
@@ -256,9 +256,7 @@ def wait_namespaces_gone(node: Node, timeout: float = 240) -> str:
 
 
 def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    began = time.monotonic()
-    engine.pulumi("destroy", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-destroy", timeout=1800)
-    seconds = round(time.monotonic() - began, 1)
+    destroyed = program.destroy(node, engine, stack, log_name=f"{stack}-destroy")
     wait_namespaces_gone(node)
     listing = node.kubectl(
         "get",
@@ -281,7 +279,7 @@ def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     state = json.loads(engine.pulumi("stack", "export", "--stack", stack, log_name="destroy"))
     resources = state.get("deployment", {}).get("resources") or []
     evidence: dict[str, Any] = {
-        "destroy_seconds": seconds,
+        **destroyed,
         "resources_left_in_state": len(resources),
         "crds_left_by_helm": len(crds),
     }

@@ -253,9 +253,7 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     wait_until(f"a call as {actor} after the upgrade", served, 180)
     evidence["call_after_upgrade"] = seen_call
 
-    began = time.monotonic()
-    engine.pulumi("destroy", "--stack", MOVE_STACK, "--yes", "--skip-preview", log_name="move-destroy", timeout=1800)
+    evidence["destroy"] = program.destroy(node, engine, MOVE_STACK, log_name="move-destroy")
     engine.pulumi("stack", "rm", MOVE_STACK, "--yes", log_name="move-destroy")
     helm_uninstall_platform(node, log)
-    evidence["destroy_seconds"] = round(time.monotonic() - began, 1)
     return evidence

@@ -9,8 +9,11 @@ the Redis and Python images the rig has (Debian's).
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -322,3 +325,65 @@ def deploy(node: Node, engine: Engine, by_hand: ByHand, stack: str) -> dict[str,
     engine.pulumi("stack", "init", stack, log_name=f"{stack}-init")
     output = engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up", timeout=2400)
     return {"stack": stack, "resources": preview_counts(output)}
+
+
+AGENT_ROUTER_FINALIZER = "aigateway.envoyproxy.io/finalizer"
+AGENT_ROUTER_KINDS = "aigatewayroutes.aigateway.envoyproxy.io,aiservicebackends.aigateway.envoyproxy.io"
+AGENT_ROUTER_CONTROLLER = ("envoy-ai-gateway-system", "ai-gateway-controller")
+STUCK_AFTER_SECONDS = 30.0
+
+
+def stuck_on_finalizer(items: list[dict[str, Any]], now: float, after: float = STUCK_AFTER_SECONDS) -> list[str]:
+    """`kind/namespace/name` of each object deleted more than `after` seconds ago that still has Agent Router's
+    finalizer."""
+    stuck = []
+    for item in items:
+        metadata = item["metadata"]
+        deleted = metadata.get("deletionTimestamp")
+        if not deleted or AGENT_ROUTER_FINALIZER not in (metadata.get("finalizers") or []):
+            continue
+        since = datetime.datetime.fromisoformat(deleted.replace("Z", "+00:00")).timestamp()
+        if now - since > after:
+            stuck.append(f"{item['kind']}/{metadata.get('namespace', '')}/{metadata['name']}")
+    return sorted(stuck)
+
+
+def destroy(
+    node: Node, engine: Engine, stack: str, log_name: str, cwd: Path | None = None, timeout: float = 1800
+) -> dict[str, Any]:
+    """`pulumi destroy`, watching for an Agent Router object left with its finalizer. Agent Router v1.1.0 removes its
+    finalizer with one Update and, when that conflicts, only logs `Failed to remove finalizer from object` and
+    returns without a requeue (internal/controller/controller.go `handleFinalizer`); its controllers see no event
+    but a generation change (`GenerationChangedPredicate`, same file), so the object keeps its finalizer and the
+    engine waits for its deletion. What unblocks it is what an operator does: restart the controller, which
+    reconciles every object when it starts. Each such restart is in the evidence."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["output"] = engine.pulumi(
+                "destroy", "--stack", stack, "--yes", "--skip-preview", cwd=cwd, log_name=log_name, timeout=timeout
+            )
+        except StepError as error:
+            result["error"] = error
+
+    began = time.monotonic()
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    restarts: list[dict[str, Any]] = []
+    while worker.is_alive():
+        worker.join(5)
+        listing = node.kubectl("get", AGENT_ROUTER_KINDS, "-A", "-o", "json", check=False)
+        items = json.loads(listing).get("items", []) if listing.strip().startswith("{") else []
+        stuck = stuck_on_finalizer(items, time.time())
+        if stuck and len(restarts) < 3:
+            namespace, deployment = AGENT_ROUTER_CONTROLLER
+            node.kubectl("rollout", "restart", f"deployment/{deployment}", "-n", namespace, check=False)
+            restarts.append({"after_seconds": round(time.monotonic() - began, 1), "stuck": stuck})
+            time.sleep(STUCK_AFTER_SECONDS)  # the new controller's start, before looking again
+    if "error" in result:
+        raise result["error"]
+    evidence: dict[str, Any] = {"destroy_seconds": round(time.monotonic() - began, 1)}
+    if restarts:
+        evidence["agent_router_controller_restarted"] = restarts
+    return evidence

@@ -21,7 +21,7 @@ from pulumi.runtime import rpc
 import agent_budgets.component as component_module
 from agent_budgets import AgentBudgets, AgentBudgetsArgs
 from agent_budgets.component import SECTION_FIELDS
-from agent_budgets.package import PACKAGE_COMPONENTS, PACKAGE_NAME
+from agent_budgets.package import PACKAGE_COMPONENTS, PACKAGE_NAME, PackageProvider
 from agent_budgets.version import VERSION
 from scripts.gen_resource_baseline import BASELINE_DIR, EXAMPLE_SECRETS, inputs_digest
 from tests.support.engine_urns import engine_resources
@@ -121,13 +121,13 @@ def test_kubeconfig_contents_as_an_input_reach_the_provider_and_the_shards_only_
 
 
 def construct_as_package(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[ProgramRun, Any]:
-    """What the plugin process does on Construct: the SDK's ComponentProvider maps the camelCase inputs and calls
-    AgentBudgets, in a process marked as the package's host (plugin/__main__.py)."""
+    """What the plugin process does on Construct: the package's provider (the SDK's ComponentProvider) maps the
+    camelCase inputs and calls AgentBudgets, in a process marked as the package's host (plugin/__main__.py)."""
     monkeypatch.setattr(component_module, "_hosted_as_package", True)
     result: dict[str, Any] = {}
 
     def main() -> None:
-        provider = ComponentProvider(PACKAGE_COMPONENTS, PACKAGE_NAME, version=VERSION)
+        provider = PackageProvider()
         values = {key: value() if callable(value) else value for key, value in inputs.items()}
         result["construct"] = provider.construct("budgets", COMPONENT_TYPE, values, None)
 
@@ -137,10 +137,9 @@ def construct_as_package(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 
 def test_as_a_package_the_egress_policies_are_refused_with_an_input_error(monkeypatch):
     inputs = dict(stack_config("dev"))
-    with pytest.raises(ComponentInitError) as caught:
+    with pytest.raises(pulumi.InputPropertyError) as caught:
         construct_as_package(inputs, monkeypatch)
-    error = caught.value.inner
-    assert isinstance(error, pulumi.InputPropertyError)
+    error = caught.value
     assert error.property_path == "substrate.egress.enabled"
     assert "Set substrate.egress.enabled to false" in error.reason
     assert "pulumi/pulumi#5455" in error.reason
@@ -170,7 +169,29 @@ def test_as_a_package_kubeconfig_contents_are_refused_among_the_plain_inputs(mon
     inputs: dict[str, Any] = dict(stack_config("dev"))
     inputs["substrate"] = {"egress": {"enabled": False}}
     inputs["kubernetes"] = {"context": "prod", "kubeconfig": "apiVersion: v1\nclusters: []\n"}
-    with pytest.raises(ComponentInitError) as caught:
+    with pytest.raises(pulumi.InputPropertyError) as caught:
         construct_as_package(inputs, monkeypatch)
-    assert caught.value.inner.property_path == "kubernetes.kubeconfig"
-    assert "pass them as the secret input `kubeconfig`" in caught.value.inner.reason
+    assert caught.value.property_path == "kubernetes.kubeconfig"
+    assert "pass them as the secret input `kubeconfig`" in caught.value.reason
+
+
+def test_the_sdks_own_component_provider_wraps_a_refused_input_which_the_package_unwraps(monkeypatch):
+    """Why PackageProvider.construct exists: the SDK's ComponentProvider hands the server a ComponentInitError, whose
+    text and traceback the engine printed after `Unexpected <class 'Exception'>:` (seen on the rig with the real
+    engine); the server reports an InputPropertyError as the input and its reason instead."""
+    monkeypatch.setattr(component_module, "_hosted_as_package", True)
+    caught: dict[str, BaseException] = {}
+
+    def main() -> None:
+        values = dict(stack_config("dev"))
+        for provider in (ComponentProvider(PACKAGE_COMPONENTS, PACKAGE_NAME, version=VERSION), PackageProvider()):
+            try:
+                provider.construct("budgets", COMPONENT_TYPE, values, None)
+            except Exception as error:  # the two providers raise different types
+                caught[type(provider).__name__] = error
+
+    run_program({}, main=main)
+    sdk, ours = caught["ComponentProvider"], caught["PackageProvider"]
+    assert isinstance(sdk, ComponentInitError) and isinstance(sdk.inner, pulumi.InputPropertyError)
+    assert not isinstance(ours, ComponentInitError)
+    assert isinstance(ours, pulumi.InputPropertyError) and ours.property_path == "substrate.egress.enabled"

@@ -15,7 +15,7 @@ import yaml
 from agent_budgets.component import RemoteModeError, _check_package_mode
 from core.egress.shards import shard_of
 from core.validation import parse_settings
-from rig import actor_keys, component_package, egress_check, lifecycle, move
+from rig import actor_keys, component_package, egress_check, lifecycle, move, program
 from rig.engine import Engine
 from rig.processes import StepError
 from tools.spend.stack import load_stack
@@ -95,7 +95,8 @@ def test_the_egress_variant_is_refused_by_the_package_with_the_words_the_step_lo
     settings = parse_settings(component_package.with_egress(properties))
     with pytest.raises(RemoteModeError) as refused:
         _check_package_mode(settings, properties.get("kubernetes"))
-    assert str(refused.value).startswith(component_package.EGRESS_REFUSAL_START)
+    assert refused.value.property_path == component_package.EGRESS_PROPERTY
+    assert refused.value.reason.startswith(component_package.EGRESS_REASON_START)
     # Without the variant the same properties pass the package's check.
     assert _check_package_mode(parse_settings(properties), properties.get("kubernetes")) is None
 
@@ -205,4 +206,25 @@ def test_after_the_moves_commit_only_a_config_maps_replacement_is_accepted():
     assert move.judge_later_commits(move.operations(_steps(("create", redis), ("delete", config_map)))) == [
         f"create {redis}",
         f"delete {config_map}",
+    ]
+
+
+def test_an_agent_router_object_is_stuck_once_deleted_long_enough_with_its_finalizer():
+    def item(name: str, deleted: str | None, finalizers: list[str]) -> dict:
+        metadata = {"name": name, "namespace": "agent-budgets", "finalizers": finalizers}
+        if deleted:
+            metadata["deletionTimestamp"] = deleted
+        return {"kind": "AIGatewayRoute", "metadata": metadata}
+
+    now = 1796210742.0  # 2026-12-02T11:25:42Z
+    items = [
+        item("mock-small", "2026-12-02T11:25:00Z", [program.AGENT_ROUTER_FINALIZER]),
+        item("mock-large", "2026-12-02T11:25:30Z", [program.AGENT_ROUTER_FINALIZER]),  # 12 s: not yet
+        item("released", "2026-12-02T11:20:00Z", []),  # its finalizer is gone: the API server removes it
+        item("live", None, [program.AGENT_ROUTER_FINALIZER]),
+    ]
+    assert program.stuck_on_finalizer(items, now) == ["AIGatewayRoute/agent-budgets/mock-small"]
+    assert program.stuck_on_finalizer(items, now, after=5) == [
+        "AIGatewayRoute/agent-budgets/mock-large",
+        "AIGatewayRoute/agent-budgets/mock-small",
     ]

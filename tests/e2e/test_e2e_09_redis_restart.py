@@ -1,6 +1,8 @@
-"""Check 9 (beyond the write-up): a Redis restart keeps spent budgets. actor-a spends part of its budget, the
-Redis pod is deleted and comes back (StatefulSet, append-only file on a volume), and the counter and the 429
-boundary are exactly as before. Repeatable: it starts from fresh buckets and changes nothing else."""
+"""Check 9 (beyond the write-up): a Redis restart and a rate-limit service restart keep spent budgets. actor-a
+spends part of its budget, the Redis pod is deleted and comes back (StatefulSet, append-only file on a volume), the
+rate-limit Deployment is restarted (its counters are Redis's; the restart also renews its Redis connections), and
+the counter and the 429 boundary are exactly as before. Repeatable: it starts from fresh buckets and changes nothing
+else."""
 
 import time
 
@@ -22,7 +24,7 @@ def test_a_redis_restart_keeps_spent_budgets(env, report, agents):
         env.run_calls(actor, spend)
         before = env.counters.read([subject])[subject]
         time.sleep(1.5)  # appendfsync everysec: the last write is on disk before the pod is stopped
-        restart = env.restart_redis()
+        restart = f"{env.restart_redis()}; {env.restart_rate_limit()}"
         after = env.counters.read([subject])[subject]
         remaining = admitted_calls(limit, per) - before.total // per
         calls_after = env.run_calls(actor, max(remaining, 0) + 1)

@@ -30,7 +30,8 @@ TITLES: dict[int, str] = {
     6: "A streamed call that did not ask for usage is charged when the stream ends",
     7: "Two model routes charge one bucket per actor (shared: true)",
     8: "With a class giving actor-b 5,000 tokens, actor-b is held to its own limit and actor-a to the default",
-    9: "A Redis restart keeps spent budgets: actor-a's counter and its 429 boundary are unchanged",
+    9: "A Redis restart and a rate-limit service restart keep spent budgets: actor-a's counter and its 429 "
+    "boundary are unchanged",
     10: "With the rate-limit store unreachable, the fail-open stack admits a call and fail-closed refuses it",
     11: "A usd class limit refuses an agent's call after the one that crosses it; each call is charged its price",
     12: "A class with two windows is refused by the smaller one; every call charges both",

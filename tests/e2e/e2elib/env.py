@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.manifests import API_KEY_LISTENER, JWT_LISTENER
-from core.ratelimit_deployment import RATELIMIT_POD_LABELS
+from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME, RATELIMIT_POD_LABELS
 
 from .checks import call_from_reply
 from .config import Settings
@@ -231,10 +231,24 @@ class LiveEnv:
         self._redis_ready(timeout)
         return f"deleted pod {s.redis_namespace}/{s.redis_pod}; the StatefulSet brought it back and it answers PING"
 
+    def restart_rate_limit(self, timeout: float = 300.0) -> str:
+        """Restarts the rate-limit service (`kubectl rollout restart` of Envoy Gateway's `envoy-ratelimit`) and waits
+        for the rollout: its counters live in Redis, so none may change. After the store was away, this is also what
+        renews the service's Redis connections: envoyproxy/ratelimit's pool (radix v4, src/redis/driver_impl.go)
+        finds a dead connection only when a command fails on it, and that command is not retried, so a response-time
+        charge made on one in the seconds after the store is back is lost (docs/operations.md)."""
+        s = self.settings
+        deployment = f"deployment/{RATELIMIT_CONTAINER_NAME}"
+        check(self.kube.run("-n", s.gateway_namespace, "rollout", "restart", deployment), f"restarting {deployment}")
+        self.kube.rollout_status(s.gateway_namespace, RATELIMIT_CONTAINER_NAME, timeout=timeout)
+        self.settle_policy()  # the new pods load their limits from Envoy Gateway over xDS
+        return f"restarted {s.gateway_namespace}/{deployment} and waited for its rollout and its limits"
+
     @contextmanager
     def redis_unreachable(self, timeout: float = 300.0) -> Iterator[str]:
         """The rate-limit store down: the Redis StatefulSet scaled to 0 (its volume kept); scaled back to 1 and
-        waited for afterwards, also when the body fails."""
+        waited for afterwards, then the rate-limit service restarted (its stale connections would lose the next
+        charges: `restart_rate_limit`), also when the body fails."""
         s = self.settings
         statefulset = f"statefulset/{s.redis_statefulset}"
         check(self.kube.run("-n", s.redis_namespace, "scale", statefulset, "--replicas=0"), f"scale {statefulset} to 0")
@@ -247,6 +261,7 @@ class LiveEnv:
                 f"scale {statefulset} to 1",
             )
             self._redis_ready(timeout)
+            self.restart_rate_limit(timeout)
 
 
 def listener_forward(env: LiveEnv, listener: str) -> PortForward:
