@@ -15,6 +15,12 @@ Pure functions over filter names. Facts, each checked in upstream source:
   after the last buffer filter when one sits at or after that point (envoyproxy/ai-gateway v1.1.0
   internal/extensionserver/post_translate_modify.go `insertAIGatewayExtProcFilter`; the same in
   theagentrouter/agent-router @b6cbdf77).
+* Agent Router's extension server also inserts `envoy.filters.http.header_to_metadata` right before the router (an
+  existing one is merged, not moved), for the request headers its controller maps to access-log attributes:
+  `--logRequestHeaderAttributes`, which is `agent-session-id:session.id` when unset (envoyproxy/ai-gateway v1.1.0
+  cmd/controller/main.go; the chart leaves it unset; internal/extensionserver/header_to_metadata.go
+  `insertHeaderToMetadataFilter`, called after the processor's insertion in post_translate_modify.go). Seen in
+  the rig's Envoy: after ratelimit, where it touches no budget.
 * Since Envoy Gateway v1.7 (commit 2951185b) custom_response has order 0, so that it sees the local replies
   of every filter after it. A listener with any `responseOverride` (the program always has one, for the
   suspension's 403: core/suspension.py) therefore gets Agent Router's processor at index 0, **before**
@@ -44,6 +50,8 @@ BUFFER = "envoy.filters.http.buffer"
 ROUTER = "envoy.filters.http.router"
 AGENT_ROUTER_FILTER = "envoy.filters.http.ext_proc/aigateway"
 """The name of Agent Router's router-level external processor (ai-gateway v1.1.0 `aiGatewayExtProcName`)."""
+HEADER_TO_METADATA = "envoy.filters.http.header_to_metadata"
+"""The filter Agent Router adds before the router for its access-log attributes (`headerToMetadataFilterName`)."""
 
 IDENTITY_FILTERS = (API_KEY_AUTH, JWT_AUTHN)
 """The filters that establish `x-actor-id`, in Envoy Gateway's order (api_key_auth 7, jwt_authn 10)."""
@@ -146,10 +154,19 @@ def sort_http_filters(names: Iterable[str], filter_order: Sequence[Mapping[str, 
     return chain
 
 
-def insert_agent_router(chain: Sequence[str]) -> list[str]:
-    """The chain with Agent Router's router-level processor where its extension server puts it."""
+def insert_agent_router(chain: Sequence[str], log_header_attributes: bool = True) -> list[str]:
+    """The chain with Agent Router's router-level processor where its extension server puts it, and (with
+    `log_header_attributes`, the controller's default) its header_to_metadata filter right before the router."""
     if AGENT_ROUTER_FILTER in chain:
         return list(chain)
+    with_processor = _insert_processor(chain)
+    if not log_header_attributes or HEADER_TO_METADATA in with_processor:
+        return with_processor
+    at = with_processor.index(ROUTER)
+    return [*with_processor[:at], HEADER_TO_METADATA, *with_processor[at:]]
+
+
+def _insert_processor(chain: Sequence[str]) -> list[str]:
     at = next(
         (i for i, name in enumerate(chain) if any(name.startswith(prefix) for prefix in AGENT_ROUTER_ANCHORS)), None
     )

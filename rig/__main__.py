@@ -384,6 +384,29 @@ def engine_lifecycle(layout: Layout, only: Sequence[int] = ()) -> int:
     return 0 if all(result["ok"] for result in results.values()) else 1
 
 
+def differential(layout: Layout) -> int:
+    """`python -m rig diff`: what runs against the unit suite's models (rig/differential.py), into the report."""
+    from rig import differential as checks
+
+    rig = DeployedRig.find(layout)
+    if rig is None:
+        return 1
+    results = []
+    for name, check in checks.CHECKS:
+        began = time.monotonic()
+        try:
+            result = {"check": name, "ok": True, "evidence": check(rig.node)}
+        except StepError as error:
+            result = {"check": name, "ok": False, "error": str(error)}
+        result["seconds"] = round(time.monotonic() - began, 1)
+        say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
+        if not result["ok"]:
+            say(f"    {result['error'][:800]}")
+        results.append(result)
+    rig.record("differential", results)
+    return 0 if all(result["ok"] for result in results) else 1
+
+
 def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     """`python -m rig e2e`: tests/e2e (or with `bench`, `make bench-e2e`) on the rig's deployed stack (rig/e2e.py),
     into the run's report."""
@@ -453,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
+    commands.add_parser("diff", help="the deployed stack against the unit suite's models (filter order, ...)")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
     kubectl_parser.add_argument("args", nargs=argparse.REMAINDER)
@@ -471,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return engine_lifecycle(layout, options.steps)
     if options.command == "e2e":
         return end_to_end(layout, options.only, options.bench)
+    if options.command == "diff":
+        return differential(layout)
     if options.command == "kubectl":
         return kubectl(layout, options.args)
     left = teardown.leftovers(layout)

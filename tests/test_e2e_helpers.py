@@ -724,6 +724,24 @@ def test_probe_client_routes_by_actor():
         direct.bench(None, 1)
 
 
+def test_the_direct_probe_is_waited_for_until_its_server_answers():
+    """Seen on the rig: `kubectl run` makes the direct probe Ready before its server listens, and the bench's first
+    request then ended in RemoteDisconnected."""
+    answers = iter([HttpReply(None, error="RemoteDisconnected: closed"), HttpReply(None, error="refused")])
+    slept: list[float] = []
+
+    def requester(port, method, path, headers=None, body=None, timeout=None):
+        assert (method, path) == ("GET", "/readyz")
+        return next(answers, HttpReply(200, body='{"status": "ok"}'))
+
+    client = ProbeClient(9, None, requester)
+    assert client.wait_ready(None, timeout=10, interval=0.5, sleep=slept.append) == 3
+    assert slept == [0.5, 0.5]
+    never = ProbeClient(9, None, lambda *a, **k: HttpReply(None, error="ConnectionRefusedError: x"))
+    with pytest.raises(RuntimeError, match="did not answer /readyz within 2 s: ConnectionRefusedError"):
+        never.wait_ready(None, timeout=2, interval=1, sleep=slept.append)
+
+
 # --- kubectl / kubectl-ate helpers ------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ import pytest
 from core.filter_chain import (
     AGENT_ROUTER_FILTER,
     API_KEY_AUTH,
+    HEADER_TO_METADATA,
     IDENTITY_BEFORE_AGENT_ROUTER,
     JWT_AUTHN,
     ORDER,
@@ -80,9 +81,28 @@ def test_agent_router_inserts_its_processor_before_the_first_filter_it_must_prec
     """ai-gateway v1.1.0 `insertAIGatewayExtProcFilter`: before the first ext_proc, wasm, lua, rbac,
     local_ratelimit, ratelimit, custom_response, credential_injector, compressor or router filter, or after
     the last buffer filter when one sits at or after that point."""
-    inserted = insert_agent_router(chain)
+    inserted = insert_agent_router(chain, log_header_attributes=False)
     assert inserted.index(AGENT_ROUTER_FILTER) == expected_at
     assert [name for name in inserted if name != AGENT_ROUTER_FILTER] == chain
+
+
+def test_agent_router_adds_its_header_to_metadata_filter_right_before_the_router():
+    """ai-gateway v1.1.0 `insertHeaderToMetadataFilter`, for the controller's default access-log header attributes
+    (seen in the rig's Envoy: after ratelimit); with the attributes off it adds nothing, and an existing one stays."""
+    chain = [JWT_AUTHN, "envoy.filters.http.rbac", RATE_LIMIT_OF_THE_BUDGET, ROUTER]
+    assert insert_agent_router(chain) == [
+        JWT_AUTHN,
+        AGENT_ROUTER_FILTER,
+        "envoy.filters.http.rbac",
+        RATE_LIMIT_OF_THE_BUDGET,
+        HEADER_TO_METADATA,
+        ROUTER,
+    ]
+    assert HEADER_TO_METADATA not in insert_agent_router(chain, log_header_attributes=False)
+    # Only the router as an anchor: the processor first, then the filter, both before it.
+    assert insert_agent_router([JWT_AUTHN, ROUTER]) == [JWT_AUTHN, AGENT_ROUTER_FILTER, HEADER_TO_METADATA, ROUTER]
+    present = [HEADER_TO_METADATA, JWT_AUTHN, ROUTER]
+    assert insert_agent_router(present).count(HEADER_TO_METADATA) == 1
 
 
 def test_filter_order_moves_a_type_after_the_last_filter_of_its_anchor_and_ignores_an_absent_anchor():
@@ -120,6 +140,7 @@ def test_agent_router_runs_after_the_jwt_filter_with_any_number_suspended(suspen
         "envoy.filters.http.rbac",
         RATE_LIMIT_OF_THE_LISTENER,
         RATE_LIMIT_OF_THE_BUDGET,
+        HEADER_TO_METADATA,
         ROUTER,
     ]
 
@@ -156,5 +177,6 @@ def test_the_duplicate_key_guard_runs_after_agent_router_s_processor_and_before_
         "envoy.filters.http.rbac",
         RATE_LIMIT_OF_THE_LISTENER,
         RATE_LIMIT_OF_THE_BUDGET,
+        HEADER_TO_METADATA,
         ROUTER,
     ]

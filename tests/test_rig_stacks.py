@@ -14,8 +14,9 @@ import yaml
 
 from agent_budgets.component import RemoteModeError, _check_package_mode
 from core.egress.shards import shard_of
+from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
 from core.validation import parse_settings
-from rig import actor_keys, component_package, egress_check, lifecycle, move, program
+from rig import actor_keys, component_package, differential, egress_check, lifecycle, move, program
 from rig.engine import Engine
 from rig.processes import StepError
 from tools.spend.stack import load_stack
@@ -228,3 +229,41 @@ def test_an_agent_router_object_is_stuck_once_deleted_long_enough_with_its_final
         "AIGatewayRoute/agent-budgets/mock-large",
         "AIGatewayRoute/agent-budgets/mock-small",
     ]
+
+
+def test_a_model_field_must_be_live_with_its_value_and_live_defaults_are_allowed():
+    model = {"spec": {"rules": [{"name": "r", "timeouts": {"request": "60s"}}], "hostnames": ["a"]}}
+    live = {"spec": {"rules": [{"name": "r", "timeouts": {"request": "60s"}, "matches": []}], "hostnames": ["a"]}}
+    assert differential.missing_or_different(model, live) == []
+    live["spec"]["rules"][0]["timeouts"]["request"] = "30s"
+    assert differential.missing_or_different(model, live) == [
+        '.spec.rules[0].timeouts.request: the model has "60s", live "30s"'
+    ]
+    assert differential.missing_or_different({"a": [1, 2]}, {"a": [1]}) == [".a: the model has 2 item(s), live [1]"]
+    assert differential.missing_or_different({"a": 1}, {}) == [".a: missing live (the model has 1)"]
+
+
+def _listener(name: str, filters: list[str]) -> dict:
+    hcm = {"@type": differential.HCM_TYPE, "http_filters": [{"name": f} for f in filters]}
+    return {"active_state": {"listener": {"name": name, "filter_chains": [{"filters": [{"typed_config": hcm}]}]}}}
+
+
+def test_the_gateways_listener_chains_are_read_from_a_config_dump_and_judged_by_the_model():
+    custom = "envoy.filters.http.custom_response/backendtrafficpolicy/agent-budgets/agent-budgets"
+    ratelimit = "envoy.filters.http.ratelimit/agent-budgets/agent-budgets"
+    seen = [JWT_AUTHN, AGENT_ROUTER_FILTER, custom, "envoy.filters.http.rbac", ratelimit, HEADER_TO_METADATA, ROUTER]
+    dump = {
+        "configs": [
+            {"dynamic_listeners": [_listener("agent-budgets/agent-router/http", seen)]},
+            {"dynamic_listeners": [_listener("envoy-gateway-proxy-ready-0.0.0.0-19003", ["health", ROUTER])]},
+        ]
+    }
+    chains = differential.listener_filters(dump)
+    assert chains["agent-budgets/agent-router/http"] == seen
+    order = list(IDENTITY_BEFORE_AGENT_ROUTER)
+    assert differential.judge_filter_chains(chains, order) == {"agent-budgets/agent-router/http": seen}
+    # Without the program's filterOrder the processor lands before the JWT filter, and the live chain disagrees.
+    with pytest.raises(StepError, match=r"core/filter_chain\.py says"):
+        differential.judge_filter_chains(chains, [])
+    with pytest.raises(StepError, match="no HTTP listener of the Gateway"):
+        differential.judge_filter_chains({"envoy-gateway-proxy-ready": [ROUTER]}, order)

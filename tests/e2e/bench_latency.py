@@ -93,7 +93,9 @@ def direct_probe(env: LiveEnv) -> Iterator[ProbeClient]:
             "waiting for the direct probe pod",
         )
         with PortForward(s.kube_context, namespace, f"pod/{DIRECT_POD}", 8080) as forward:
-            yield ProbeClient(lambda: forward.port)
+            client = ProbeClient(lambda: forward.port)
+            client.wait_ready(None)  # `kubectl run` sets no readiness probe: Ready comes before the server listens
+            yield client
     finally:
         env.kube.run("-n", namespace, "delete", "pod", DIRECT_POD, "--ignore-not-found", "--wait=false")
 

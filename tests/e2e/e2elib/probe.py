@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,6 +138,25 @@ class ProbeClient:
         if reply.status == 200:
             return True, "ready"
         return False, reply.error or f"HTTP {reply.status}: {reply.body.strip()[:120]}"
+
+    def wait_ready(
+        self,
+        actor: str | None,
+        timeout: float = 60.0,
+        interval: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int:
+        """Until the probe answers `/readyz` (a pod without a readiness probe is Ready before its server listens;
+        a request then finds the port-forward's connection refused); the attempts it took. RuntimeError after
+        `timeout` seconds of refusals."""
+        attempts = int(timeout / interval) + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            ok, last = self.ready(actor)
+            if ok:
+                return attempt
+            sleep(interval)
+        raise RuntimeError(f"the probe did not answer /readyz within {timeout:.0f} s: {last}")
 
     def bench(self, actor: str | None, count: int, *, http_timeout: float = 600.0, **spec: Any) -> dict[str, Any]:
         reply = self.request(

@@ -1,0 +1,208 @@
+"""Differential checks on the deployed stack (`python -m rig diff`): what runs against the models the unit suite
+trusts, each read live from the rig's cluster. A model that disagrees is wrong (the tool is right).
+
+1. Envoy's HTTP filter chain (its admin `/config_dump`, the Gateway's listeners) against `core/filter_chain.py`
+   `listener_chain` of the same filters with the EnvoyProxy's own `spec.filterOrder`, and no identity filter after
+   Agent Router's processor (`identity_filters_after_agent_router`);
+2. the `envoy-ratelimit` Deployment Envoy Gateway made against `core/ratelimit_deployment.py`
+   `render_ratelimit_pod` of the configuration Envoy Gateway reads (its ConfigMap `envoy-gateway-config`): env,
+   volumes, mounts and ports;
+3. the HTTPRoutes and HTTPRouteFilters Agent Router's controller generated against
+   `tests/support/agent_router_routes.py` `envoy_gateway_objects` of the live AIGatewayRoutes and AIServiceBackends
+   (every field the model writes, with the value it writes; the API server's defaults beside them are allowed).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from core.filter_chain import (
+    AGENT_ROUTER_FILTER,
+    HEADER_TO_METADATA,
+    identity_filters_after_agent_router,
+    listener_chain,
+)
+from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME, render_ratelimit_pod
+from rig.node import Node
+from rig.processes import StepError
+from tests.support.agent_router_routes import envoy_gateway_objects
+
+GATEWAY_NAMESPACE = "envoy-gateway-system"
+STACK_NAMESPACE = "agent-budgets"
+ENVOY_ADMIN_PORT = 19000
+"""Envoy Gateway's bootstrap binds the admin to 127.0.0.1:19000 in the Envoy pod (v1.9.0
+internal/xds/bootstrap/bootstrap.go `EnvoyAdminPort`): a port-forward reaches it."""
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+
+
+def missing_or_different(model: Any, live: Any, path: str = "") -> list[str]:
+    """Where `live` lacks what `model` says or holds another value: every key of a model mapping must be in the live
+    one with the same value (recursively; extra live keys are the API server's defaults), a list item by item."""
+    if isinstance(model, Mapping):
+        if not isinstance(live, Mapping):
+            return [f"{path or '.'}: the model has an object, live has {json.dumps(live)[:80]}"]
+        found: list[str] = []
+        for key, value in model.items():
+            if key not in live:
+                found.append(f"{path}.{key}: missing live (the model has {json.dumps(value)[:80]})")
+            else:
+                found += missing_or_different(value, live[key], f"{path}.{key}")
+        return found
+    if isinstance(model, list):
+        if not isinstance(live, list) or len(live) != len(model):
+            return [f"{path}: the model has {len(model)} item(s), live {json.dumps(live)[:120]}"]
+        return [
+            problem
+            for i, (m, v) in enumerate(zip(model, live, strict=True))
+            for problem in missing_or_different(m, v, f"{path}[{i}]")
+        ]
+    return [] if model == live else [f"{path}: the model has {json.dumps(model)}, live {json.dumps(live)}"]
+
+
+def listener_filters(config_dump: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Listener name -> its HTTP filter names in order, from an Envoy admin `/config_dump`."""
+    chains: dict[str, list[str]] = {}
+    for config in config_dump.get("configs", []):
+        for entry in config.get("dynamic_listeners", []):
+            listener = (entry.get("active_state") or {}).get("listener") or {}
+            for chain in listener.get("filter_chains", []) + (
+                [listener["default_filter_chain"]] if listener.get("default_filter_chain") else []
+            ):
+                for network_filter in chain.get("filters", []):
+                    typed = network_filter.get("typed_config") or {}
+                    if typed.get("@type") == HCM_TYPE:
+                        chains[listener.get("name", "?")] = [f["name"] for f in typed.get("http_filters", [])]
+    return chains
+
+
+def judge_filter_chains(chains: Mapping[str, list[str]], filter_order: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each Gateway listener's chain (Envoy Gateway names them `<namespace>/<gateway>/<listener>`; its own
+    readiness and stats listeners are not the Gateway's, and Agent Router leaves them alone) against the model."""
+    chains = {name: chain for name, chain in chains.items() if name.startswith(f"{STACK_NAMESPACE}/")}
+    if not chains:
+        raise StepError("Envoy's config_dump has no HTTP listener of the Gateway")
+    evidence: dict[str, Any] = {}
+    for name, live in chains.items():
+        # Envoy Gateway's own filters in, Agent Router's two (its processor, its header_to_metadata) left to the model.
+        model = listener_chain([f for f in live if f not in (AGENT_ROUTER_FILTER, HEADER_TO_METADATA)], filter_order)
+        if model != live:
+            raise StepError(f"listener {name}: Envoy runs {live}, core/filter_chain.py says {model}")
+        late = identity_filters_after_agent_router(live)
+        if late:
+            raise StepError(f"listener {name}: {late} run after Agent Router's processor")
+        evidence[name] = live
+    return evidence
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def envoy_config_dump(node: Node) -> dict[str, Any]:
+    """The admin `/config_dump` of the Gateway's first Envoy pod, through a port-forward."""
+    pods = json.loads(
+        node.kubectl(
+            "get", "pods", "-n", GATEWAY_NAMESPACE, "-l", "gateway.envoyproxy.io/owning-gateway-name", "-o", "json"
+        )
+    )["items"]
+    running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+    if not running:
+        raise StepError(f"no running Envoy pod in {GATEWAY_NAMESPACE}")
+    port = _free_port()
+    forward = subprocess.Popen(
+        [
+            str(node.binaries["kubectl"]), "--kubeconfig", str(node.layout.kubeconfig("admin")), "-n",
+            GATEWAY_NAMESPACE, "port-forward", f"pod/{running[0]}", f"{port}:{ENVOY_ADMIN_PORT}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/config_dump", timeout=10) as response:
+                    return json.loads(response.read())
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise StepError(f"no answer from {running[0]}'s admin through a port-forward") from None
+                time.sleep(0.5)
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def filter_chain_check(node: Node) -> dict[str, Any]:
+    proxies = json.loads(node.kubectl("get", "envoyproxies", "-A", "-o", "json"))["items"]
+    filter_order = [entry for proxy in proxies for entry in (proxy["spec"].get("filterOrder") or [])]
+    evidence = judge_filter_chains(listener_filters(envoy_config_dump(node)), filter_order)
+    return {"filterOrder": filter_order, "listeners": evidence}
+
+
+def ratelimit_check(node: Node) -> dict[str, Any]:
+    config_map = json.loads(
+        node.kubectl("get", "configmap", "envoy-gateway-config", "-n", GATEWAY_NAMESPACE, "-o", "json")
+    )
+    config = yaml.safe_load(config_map["data"]["envoy-gateway.yaml"])
+    model = render_ratelimit_pod(config, GATEWAY_NAMESPACE)
+    deployment = json.loads(
+        node.kubectl("get", "deployment", RATELIMIT_CONTAINER_NAME, "-n", GATEWAY_NAMESPACE, "-o", "json")
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = [c for c in pod["containers"] if c["name"] == RATELIMIT_CONTAINER_NAME]
+    problems = (
+        missing_or_different(list(model.env), container.get("env", []), "env")
+        + missing_or_different(list(model.volumes), pod.get("volumes", []), "volumes")
+        + missing_or_different(list(model.volume_mounts), container.get("volumeMounts", []), "volumeMounts")
+        + missing_or_different(list(model.container_ports), container.get("ports", []), "ports")
+    )
+    if problems:
+        raise StepError(f"envoy-ratelimit differs from core/ratelimit_deployment.py: {problems[:8]}")
+    return {
+        "env": [item["name"] for item in container.get("env", [])],
+        "volumes": [item["name"] for item in pod.get("volumes", [])],
+        "ports": [item["containerPort"] for item in container.get("ports", [])],
+    }
+
+
+def agent_router_routes_check(node: Node) -> dict[str, Any]:
+    live_sources = []
+    for kind in ("aigatewayroutes", "aiservicebackends"):
+        live_sources += json.loads(node.kubectl("get", kind, "-n", STACK_NAMESPACE, "-o", "json"))["items"]
+    generated = {
+        (item["kind"], item["metadata"]["name"]): item
+        for kind in ("httproutes", "httproutefilters")
+        for item in json.loads(node.kubectl("get", kind, "-n", STACK_NAMESPACE, "-o", "json"))["items"]
+    }
+    compared = []
+    for made in envoy_gateway_objects(live_sources):
+        key = (made["kind"], made["metadata"]["name"])
+        live = generated.get(key)
+        if live is None:
+            raise StepError(f"Agent Router made no {key[0]} {key[1]} (tests/support/agent_router_routes.py expects it)")
+        problems = missing_or_different(made["spec"], live["spec"], "spec") + missing_or_different(
+            made["metadata"].get("annotations", {}),
+            live["metadata"].get("annotations") or {},
+            "metadata.annotations",
+        )
+        if problems:
+            raise StepError(f"{key[0]} {key[1]} differs from tests/support/agent_router_routes.py: {problems[:6]}")
+        compared.append(f"{key[0]}/{key[1]}")
+    return {"compared": sorted(compared)}
+
+
+CHECKS = [
+    ("Envoy's HTTP filter order is core/filter_chain.py's", filter_chain_check),
+    ("the envoy-ratelimit Deployment is core/ratelimit_deployment.py's", ratelimit_check),
+    ("Agent Router's HTTPRoutes and filters are tests/support/agent_router_routes.py's", agent_router_routes_check),
+]
