@@ -395,7 +395,7 @@ def differential(layout: Layout) -> int:
     for name, check in checks.CHECKS:
         began = time.monotonic()
         try:
-            result = {"check": name, "ok": True, "evidence": check(rig.node)}
+            result = {"check": name, "ok": True, "evidence": check(rig.node, rig.engine, rig.stack)}
         except StepError as error:
             result = {"check": name, "ok": False, "error": str(error)}
         result["seconds"] = round(time.monotonic() - began, 1)

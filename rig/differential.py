@@ -9,17 +9,22 @@ trusts, each read live from the rig's cluster. A model that disagrees is wrong (
    volumes, mounts and ports;
 3. the HTTPRoutes and HTTPRouteFilters Agent Router's controller generated against
    `tests/support/agent_router_routes.py` `envoy_gateway_objects` of the live AIGatewayRoutes and AIServiceBackends
-   (every field the model writes, with the value it writes; the API server's defaults beside them are allowed).
+   (every field the model writes, with the value it writes; the API server's defaults beside them are allowed);
+4. after one call by every active actor of the stack, every Redis key the rate-limit service wrote against
+   `core/ratelimit_model.py` `rules_for_actor` of the live BackendTrafficPolicy (each key one the model predicts for
+   a listed actor, each called actor's predicted keys all there), and `python -m tools.spend --json` (what `make
+   spend` prints) holding the same keys with the same values.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -30,7 +35,12 @@ from core.filter_chain import (
     identity_filters_after_agent_router,
     listener_chain,
 )
+from core.identity import API_KEYS, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_header_value, actor_source
+from core.manifests import api_key_client_id, api_key_secret_name
 from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME, render_ratelimit_pod
+from core.ratelimit_model import rules_for_actor
+from rig import actor_keys, program
+from rig.engine import Engine
 from rig.node import Node
 from rig.processes import StepError
 from tests.support.agent_router_routes import envoy_gateway_objects
@@ -201,8 +211,124 @@ def agent_router_routes_check(node: Node) -> dict[str, Any]:
     return {"compared": sorted(compared)}
 
 
-CHECKS = [
-    ("Envoy's HTTP filter order is core/filter_chain.py's", filter_chain_check),
-    ("the envoy-ratelimit Deployment is core/ratelimit_deployment.py's", ratelimit_check),
-    ("Agent Router's HTTPRoutes and filters are tests/support/agent_router_routes.py's", agent_router_routes_check),
+REDIS_NAMESPACE = "agent-budgets-redis"
+REDIS_POD = "redis-0"
+
+
+def redis_counters(node: Node) -> dict[str, int]:
+    """Every key in the rate-limit store and its value, read inside the Redis pod (its own password variable)."""
+    script = (
+        'export REDISCLI_AUTH="$REDIS_PASSWORD"; redis-cli --scan | while IFS= read -r key; do '
+        'printf "%s\\t%s\\n" "$key" "$(redis-cli GET "$key")"; done'
+    )
+    out = node.kubectl("exec", "-n", REDIS_NAMESPACE, REDIS_POD, "-c", "redis", "--", "sh", "-c", script)
+    counters: dict[str, int] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("\t")
+        if key:
+            counters[key] = int(value) if value.strip().lstrip("-").isdigit() else -1
+    return counters
+
+
+def predicted_keys(settings: Any, policy: Mapping[str, Any], now: int) -> dict[str, list[str]]:
+    """Each listed actor's counter keys at `now`, as core/ratelimit_model.py reads the live policy."""
+    rules = policy["spec"]["rateLimit"]["global"]["rules"]
+    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    return {
+        actor: sorted(
+            rule.counter_key(now) for rule in rules_for_actor(namespace, name, rules, actor_header_value(actor))
+        )
+        for actor in settings.actors
+    }
+
+
+def judge_redis_keys(predicted: Mapping[str, list[str]], called: list[str], live: Mapping[str, int]) -> dict[str, Any]:
+    """Every live key predicted for some actor; every predicted key of a called actor live."""
+    anyone = {key for keys in predicted.values() for key in keys}
+    unexplained = sorted(set(live) - anyone)
+    if unexplained:
+        raise StepError(f"Redis holds keys core/ratelimit_model.py predicts for no actor: {unexplained[:6]}")
+    missing = {actor: sorted(set(predicted[actor]) - set(live)) for actor in called}
+    missing = {actor: keys for actor, keys in missing.items() if keys}
+    if missing:
+        raise StepError(f"keys the model predicts for actors that called are not in Redis: {missing}")
+    return {"keys": len(live), "per_actor": {actor: len(predicted[actor]) for actor in called}}
+
+
+def judge_spend_report(report: Mapping[str, Any], live: Mapping[str, int]) -> dict[str, Any]:
+    """Each row's counter as Redis holds it (0 where no key exists yet), and every live key in some row."""
+    rows = {row["counter_key"]: row["counter_value"] for row in report["rows"]}
+    wrong = {key: (value, live.get(key, 0)) for key, value in rows.items() if value != live.get(key, 0)}
+    if wrong:
+        raise StepError(f"make spend --json differs from Redis (report, Redis): {dict(list(wrong.items())[:6])}")
+    unreported = sorted(set(live) - set(rows))
+    if unreported:
+        raise StepError(f"Redis keys make spend --json has no row for: {unreported[:6]}")
+    return {"rows": len(rows), "rows_with_a_counter": sum(1 for key in rows if key in live)}
+
+
+def one_call_each(node: Node, engine: Engine, stack: str, settings: Any) -> dict[str, int]:
+    """A call by every active actor, with the credential of its source: (actor -> status)."""
+    outputs = engine.outputs(stack)
+    suspended = set(settings.suspended)
+    statuses: dict[str, int] = {}
+    for actor in settings.actors:
+        if actor in suspended:
+            continue
+        source = actor_source(actor)
+        if source == API_KEYS:
+            url, host = program.gateway_address(node, outputs, "apiKeyGatewayUrl")
+            secret = json.loads(
+                node.kubectl(
+                    "get", "secret", api_key_secret_name(actor), "-n", settings.gateway.namespace, "-o", "json"
+                )
+            )
+            key = base64.b64decode(secret["data"][api_key_client_id(actor)]).decode()
+            status, _, _ = program.call(url, host, None, headers={"x-api-key": key})
+        else:
+            url, host = program.gateway_address(node, outputs)
+            if source == SUBSTRATE:
+                token = actor_keys.actor_token(engine, settings, actor)
+            else:
+                namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
+                token = program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
+            status, _, _ = program.call(url, host, token)
+        statuses[actor] = status
+    return statuses
+
+
+def redis_keys_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    settings = actor_keys.stack_settings(engine, stack)
+    statuses = one_call_each(node, engine, stack, settings)
+    called = [actor for actor, status in statuses.items() if status == 200]
+    if len(called) != len(statuses):
+        raise StepError(f"not every active actor's call was admitted: {statuses}")
+    time.sleep(2)  # the response-time charges are made when each stream ends
+    now = int(time.time())
+    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", settings.gateway.namespace, "-o", "json"))
+    [policy] = [p for p in policies["items"] if (p["spec"].get("rateLimit") or {}).get("global")]
+    live = redis_counters(node)
+    evidence = {"calls": statuses, **judge_redis_keys(predicted_keys(settings, policy, now), called, live)}
+    spend = subprocess.run(
+        [str(engine.project_root / "venv" / "bin" / "python"), "-m", "tools.spend", "--stack", stack, "--json",
+         "--kubectl", str(node.binaries["kubectl"])],
+        cwd=engine.project, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if spend.returncode != 0:
+        raise StepError(f"python -m tools.spend --json exited {spend.returncode}: {spend.stderr[-600:]}")
+    evidence["spend_report"] = judge_spend_report(json.loads(spend.stdout), redis_counters(node))
+    return evidence
+
+
+CHECKS: list[tuple[str, Callable[[Node, Engine, str], dict[str, Any]]]] = [
+    ("Envoy's HTTP filter order is core/filter_chain.py's", lambda node, engine, stack: filter_chain_check(node)),
+    (
+        "the envoy-ratelimit Deployment is core/ratelimit_deployment.py's",
+        lambda node, engine, stack: ratelimit_check(node),
+    ),
+    (
+        "Agent Router's HTTPRoutes and filters are tests/support/agent_router_routes.py's",
+        lambda node, engine, stack: agent_router_routes_check(node),
+    ),
+    ("every Redis key is core/ratelimit_model.py's, and make spend --json reads the same", redis_keys_check),
 ]

@@ -151,6 +151,13 @@ def shard_block(diff: str, shard_name: str) -> str:
     return "\n".join(block)
 
 
+def before_destroy(engine: Engine) -> None:
+    """The fake's call log emptied, so that `destroyed` names the calls of the destroy alone."""
+    fake = fake_of(engine)
+    if fake is not None:
+        fake.clear_calls()
+
+
 def destroyed(engine: Engine, node: Node) -> dict[str, Any] | None:
     """After `pulumi destroy`: the fake's store (None when the egress step made no fake)."""
     fake = fake_of(engine)
@@ -159,4 +166,8 @@ def destroyed(engine: Engine, node: Node) -> dict[str, Any] | None:
     left = fake.policies(node.layout.apiserver_url)
     if left:
         raise StepError(f"egress policies left after destroy: {sorted(left)}")
-    return {"egress_policies_left": 0, "kubectl_verbs_of_destroy": sorted(set(fake.verbs()))}
+    verbs = fake.verbs()
+    return {
+        "egress_policies_left": 0,
+        "kubectl_calls_of_destroy": {verb: verbs.count(verb) for verb in sorted(set(verbs))},
+    }

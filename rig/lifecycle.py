@@ -256,6 +256,7 @@ def wait_namespaces_gone(node: Node, timeout: float = 240) -> str:
 
 
 def destroy(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    egress_check.before_destroy(engine)
     destroyed = program.destroy(node, engine, stack, log_name=f"{stack}-destroy")
     wait_namespaces_gone(node)
     listing = node.kubectl(

@@ -195,11 +195,17 @@ def envoy_rolled_out(node: Node) -> str | None:
 
 
 def call(
-    url: str, host: str, token: str | None, model: str = "mock-small", timeout: float = 10
+    url: str,
+    host: str,
+    token: str | None,
+    model: str = "mock-small",
+    timeout: float = 10,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, str, Mapping[str, str]]:
-    """One chat completion through the Gateway's Service, as an agent makes it; (status, body, headers)."""
+    """One chat completion through the Gateway's Service, as an agent makes it (the token as a bearer, or the
+    credential in `headers`); (status, body, headers)."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello from the rig"}]}).encode()
-    headers = {"Content-Type": "application/json", "Host": host}
+    headers = {"Content-Type": "application/json", "Host": host, **(headers or {})}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
@@ -210,10 +216,11 @@ def call(
         return error.code, error.read().decode(errors="replace"), error.headers
 
 
-def gateway_address(node: Node, outputs: Mapping[str, Any]) -> tuple[str, str]:
-    """(URL by ClusterIP, Host) of the stack's gateway: the rig's processes resolve no cluster names (they are not
-    pods), so the call goes to the Service's address with the hostname in Host."""
-    url = str(outputs["gatewayUrl"])
+def gateway_address(node: Node, outputs: Mapping[str, Any], output: str = "gatewayUrl") -> tuple[str, str]:
+    """(URL by ClusterIP, Host) of the stack's gateway (or of the listener another output names, such as
+    `apiKeyGatewayUrl`): the rig's processes resolve no cluster names (they are not pods), so the call goes to the
+    Service's address with the hostname in Host."""
+    url = str(outputs[output])
     host_port = url.split("://", 1)[1].rstrip("/")
     host, _, port = host_port.partition(":")
     service, namespace = host.split(".")[0], host.split(".")[1]

@@ -15,7 +15,8 @@ import yaml
 from agent_budgets.component import RemoteModeError, _check_package_mode
 from core.egress.shards import shard_of
 from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
-from core.validation import parse_settings
+from core.manifests import budget_policy_manifest
+from core.validation import parse_settings, validate_stack
 from rig import actor_keys, component_package, differential, egress_check, lifecycle, move, program
 from rig.engine import Engine
 from rig.processes import StepError
@@ -267,3 +268,44 @@ def test_the_gateways_listener_chains_are_read_from_a_config_dump_and_judged_by_
         differential.judge_filter_chains(chains, [])
     with pytest.raises(StepError, match="no HTTP listener of the Gateway"):
         differential.judge_filter_chains({"envoy-gateway-proxy-ready": [ROUTER]}, order)
+
+
+def test_redis_keys_are_judged_against_the_models_prediction():
+    predicted = {"agents/actor-a": ["d_rule-0_actor/agents/actor-a_0", "d_rule-1_actor/agents/actor-a_0"], "b": ["k"]}
+    live = {"d_rule-0_actor/agents/actor-a_0": 30, "d_rule-1_actor/agents/actor-a_0": 171}
+    assert differential.judge_redis_keys(predicted, ["agents/actor-a"], live) == {
+        "keys": 2,
+        "per_actor": {"agents/actor-a": 2},
+    }
+    with pytest.raises(StepError, match="predicts for no actor"):
+        differential.judge_redis_keys(predicted, ["agents/actor-a"], {**live, "stray": 1})
+    with pytest.raises(StepError, match="not in Redis"):
+        differential.judge_redis_keys(predicted, ["agents/actor-a", "b"], live)
+
+
+def test_the_spend_report_must_hold_every_live_counter_with_its_value():
+    live = {"k1": 30, "k2": 171}
+    report = {"rows": [{"counter_key": "k1", "counter_value": 30}, {"counter_key": "k2", "counter_value": 171}]}
+    report["rows"].append({"counter_key": "k3", "counter_value": 0})  # a window without a counter yet
+    assert differential.judge_spend_report(report, live) == {"rows": 3, "rows_with_a_counter": 2}
+    report["rows"][1]["counter_value"] = 170
+    with pytest.raises(StepError, match="differs from Redis"):
+        differential.judge_spend_report(report, live)
+    with pytest.raises(StepError, match="no row for"):
+        differential.judge_spend_report({"rows": report["rows"][:1]}, live)
+
+
+def test_every_actor_of_the_rig_stack_has_predicted_counters_and_pool_members_share_one():
+    stack = validate_stack(load_stack(ROOT, "rig").raw, lambda key: (True, True))
+    manifest = budget_policy_manifest(stack.settings, stack.rules)
+    policy = {"metadata": {"namespace": manifest.namespace, "name": manifest.name}, "spec": manifest.spec}
+    predicted = differential.predicted_keys(stack.settings, policy, 1796210742)
+    assert set(predicted) == set(stack.settings.actors)
+    assert all(predicted.values())
+    # The pool `team` (bot-a and key-a) has one counter the two share; no one else charges it.
+    shared = set(predicted["serviceaccount:agents/bot-a"]) & set(predicted["apikey:key-a"])
+    assert len(shared) == 1
+    assert not shared & set(predicted["agents/actor-a"])
+    # actor-a's two limits (tokens and usd, both per Day) end with that day's start, 2026-12-02T00:00Z.
+    assert len(predicted["agents/actor-a"]) == 2
+    assert all(key.endswith("_1796169600") for key in predicted["agents/actor-a"])
