@@ -3,9 +3,11 @@
 Standard library only and self-contained: the file is shipped in a ConfigMap and run with
 ``python /app/server.py``. It reports every call's usage as ``MOCK_TOTAL_TOKENS`` so a token budget
 charges an exact, known amount, and it tells the caller which credential and ``x-actor-id`` it
-received (as classifications, never the secret values). With MOCK_ECHO_HEADER_NAMES on, it also
-lists the names (never the values) of every request header that reached it in ``x-mock-header-names``, so
-a check can see that no header carrying an agent's credential got past the gateway.
+received (as classifications, never the secret values) and, in a non-streamed answer's
+``mock_received.output_limits``, the body's ``max_tokens``, ``max_completion_tokens`` and ``n`` as it read them
+(what a route's ceiling let through). With MOCK_ECHO_HEADER_NAMES on, it also lists the names (never the values)
+of every request header that reached it in ``x-mock-header-names``, so a check can see that no header carrying an
+agent's credential got past the gateway.
 
 Environment: PORT (8080), MOCK_TOTAL_TOKENS (200), MOCK_MODEL_NAME (mock-model),
 MOCK_EXPECTED_API_KEY (optional provider key the gateway is expected to inject),
@@ -125,6 +127,16 @@ def stream_events(request: dict[str, Any], model: str, settings: Settings, seen:
     return ("".join(lines) + "data: [DONE]\n\n").encode()
 
 
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "n")
+"""The body fields that bound a call's output, as the route's ceiling sets or removes them (core/ceilings.py)."""
+
+
+def output_limits(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The output-bounding fields the request carried (as this parser reads them: the last copy of a key), so a check
+    can see what the gateway's ceiling let through."""
+    return {name: request[name] for name in OUTPUT_LIMIT_FIELDS if name in request}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "mock-model/1"
@@ -218,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                     {"index": 0, "message": {"role": "assistant", "content": CONTENT}, "finish_reason": "stop"}
                 ],
                 "usage": self.settings.usage(),
-                "mock_received": self.seen,
+                "mock_received": {**self.seen, "output_limits": output_limits(request)},
             },
         )
 

@@ -407,6 +407,30 @@ def differential(layout: Layout) -> int:
     return 0 if all(result["ok"] for result in results) else 1
 
 
+def live(layout: Layout) -> int:
+    """`python -m rig live`: the rig stack's own live checks (rig/live_checks.py), into the report."""
+    from rig import live_checks
+
+    rig = DeployedRig.find(layout)
+    if rig is None:
+        return 1
+    stack = live_checks.Stack(rig.node, rig.engine, rig.stack)
+    results = []
+    for name, check in live_checks.CHECKS:
+        began = time.monotonic()
+        try:
+            result = {"check": name, "ok": True, "evidence": check(stack)}
+        except StepError as error:
+            result = {"check": name, "ok": False, "error": str(error)}
+        result["seconds"] = round(time.monotonic() - began, 1)
+        say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
+        if not result["ok"]:
+            say(f"    {result['error'][:800]}")
+        results.append(result)
+    rig.record("live", results)
+    return 0 if all(result["ok"] for result in results) else 1
+
+
 def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     """`python -m rig e2e`: tests/e2e (or with `bench`, `make bench-e2e`) on the rig's deployed stack (rig/e2e.py),
     into the run's report."""
@@ -476,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
+    commands.add_parser("live", help="the rig stack's own live checks (two tokens, the ceiling, concurrency)")
     commands.add_parser("diff", help="the deployed stack against the unit suite's models (filter order, ...)")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
@@ -495,6 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return engine_lifecycle(layout, options.steps)
     if options.command == "e2e":
         return end_to_end(layout, options.only, options.bench)
+    if options.command == "live":
+        return live(layout)
     if options.command == "diff":
         return differential(layout)
     if options.command == "kubectl":

@@ -85,6 +85,19 @@ def test_non_streamed_usage_and_shape(port):
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
 
 
+def test_the_output_limits_it_read_are_reported_with_the_last_copy_of_a_repeated_key(port):
+    """What a check of the route's ceiling reads: the fields as the mock's parser (Python's json, the last copy of a
+    key) saw them, and none that the body lacked."""
+    raw = b'{"messages": [], "max_completion_tokens": 256, "n": 1, "max_completion_tokens": 100000}'
+    status, _, body = call(port, "POST", "/v1/chat/completions", raw=raw)
+    assert status == 200
+    assert json.loads(body)["mock_received"]["output_limits"] == {"max_completion_tokens": 100000, "n": 1}
+    _, _, plain = call(port, "POST", "/v1/chat/completions", {"messages": [], "max_tokens": 7})
+    assert json.loads(plain)["mock_received"]["output_limits"] == {"max_tokens": 7}
+    _, _, none = call(port, "POST", "/v1/chat/completions", CHAT)
+    assert json.loads(none)["mock_received"]["output_limits"] == {}
+
+
 def test_model_defaults_when_request_has_none(port):
     status, _, body = call(port, "POST", "/v1/chat/completions", {"messages": []})
     assert status == 200 and json.loads(body)["model"] == "mock-model"
@@ -166,7 +179,8 @@ def test_credential_classification(port, headers, which, auth, api_key, stream):
     assert resp_headers["x-mock-credential"] == which
     assert resp_headers["x-mock-authorization"] == auth and resp_headers["x-mock-x-api-key"] == api_key
     first = json.loads(events(body)[0]) if stream else json.loads(body)
-    assert first["mock_received"] == {"credential": expected, "x_actor_id": None}
+    received = {"credential": expected, "x_actor_id": None}
+    assert first["mock_received"] == (received if stream else {**received, "output_limits": {}})
     assert "x-mock-x-actor-id" not in resp_headers
     assert PROVIDER_KEY not in body.decode() and PROVIDER_KEY not in json.dumps(resp_headers)
     assert JWT not in body.decode()

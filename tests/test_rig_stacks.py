@@ -17,7 +17,7 @@ from core.egress.shards import shard_of
 from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
 from core.manifests import budget_policy_manifest
 from core.validation import parse_settings, validate_stack
-from rig import actor_keys, component_package, differential, egress_check, lifecycle, move, program
+from rig import actor_keys, component_package, differential, egress_check, lifecycle, live_checks, move, program
 from rig.engine import Engine
 from rig.processes import StepError
 from tools.spend.stack import load_stack
@@ -309,3 +309,13 @@ def test_every_actor_of_the_rig_stack_has_predicted_counters_and_pool_members_sh
     # actor-a's two limits (tokens and usd, both per Day) end with that day's start, 2026-12-02T00:00Z.
     assert len(predicted["agents/actor-a"]) == 2
     assert all(key.endswith("_1796169600") for key in predicted["agents/actor-a"])
+
+
+def test_a_burst_under_a_calls_limit_admits_exactly_what_it_leaves():
+    live_checks.judge_bounded_burst([200] * 9 + [429] * 23, 9, 2000, 9000)
+    with pytest.raises(StepError, match="9 left of the calls limit"):
+        live_checks.judge_bounded_burst([200] * 10 + [429] * 22, 9, 2200, 9000)
+    with pytest.raises(StepError, match="'500': 1"):
+        live_checks.judge_bounded_burst([200] * 9 + [429] * 22 + [500], 9, 2000, 9000)
+    with pytest.raises(StepError, match="above worstCase 9000"):
+        live_checks.judge_bounded_burst([200] * 9 + [429] * 23, 9, 9200, 9000)
