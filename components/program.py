@@ -7,6 +7,7 @@ clean `pulumi.RunError` naming every bad key.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ import pulumi
 import pulumi.runtime.config as runtime_config
 
 from agent_budgets.component import SECTION_FIELDS, AgentBudgetsArgs, StackProgram
+from core.config_size import CONFIG_ENV_VAR, config_env_bytes, config_size_warning
 from core.cross_checks import ConfigView
 from core.settings import PROJECT, SECRET_PLACEHOLDER, SECRET_SECTIONS, decode_config_value
 from core.validation import needed_secrets
@@ -72,8 +74,17 @@ def stack_args(raw: Mapping[str, Any]) -> AgentBudgetsArgs:
     return cast(AgentBudgetsArgs, args)
 
 
+def warn_on_config_size(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The warning of `core.config_size` for the configuration this process was started with (logged too)."""
+    warning = config_size_warning(config_env_bytes(environ.get(CONFIG_ENV_VAR, "")))
+    if warning is not None:
+        pulumi.log.warn(warning)
+    return warning
+
+
 def stack_configuration() -> tuple[AgentBudgetsArgs, StackProgram]:
     """What `__main__.py` builds its `AgentBudgets` from: the arguments, and the whole configuration with the state
     of its secrets (so that unknown keys and misplaced secrets are reported, by their config keys)."""
+    warn_on_config_size()
     raw = read_raw_config()
     return stack_args(raw), StackProgram(raw=raw, secret_state=runtime_secret_state)

@@ -431,6 +431,31 @@ def live(layout: Layout) -> int:
     return 0 if all(result["ok"] for result in results) else 1
 
 
+def scale(layout: Layout, sizes: list[int]) -> int:
+    """`python -m rig scale`: a budget change at each size of actors (rig/scale.py), into the report."""
+    from rig import scale as scaling
+
+    rig = DeployedRig.find(layout)
+    if rig is None:
+        return 1
+    began = time.monotonic()
+    try:
+        result: dict[str, Any] = {"ok": True, "sizes": scaling.run(rig.node, rig.engine, rig.stack, sizes)}
+    except StepError as error:
+        result = {"ok": False, "error": str(error)}
+    result["seconds"] = round(time.monotonic() - began, 1)
+    for size in result.get("sizes", []):
+        say(
+            f"  {size['actors']} actors: up {size['up_seconds_of_the_change']} s, the new limit on a call "
+            f"{size['seconds_from_up_to_the_first_call_with_the_new_limit']} s after up began; Envoy Gateway "
+            f"{size['envoy_gateway_runners']}"
+        )
+    if not result["ok"]:
+        say(f"  FAIL: {result['error'][:800]}")
+    rig.record("scale", result)
+    return 0 if result["ok"] else 1
+
+
 def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     """`python -m rig e2e`: tests/e2e (or with `bench`, `make bench-e2e`) on the rig's deployed stack (rig/e2e.py),
     into the run's report."""
@@ -500,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
+    scale_parser = commands.add_parser("scale", help="a budget change at each number of actors, timed")
+    scale_parser.add_argument("--actors", type=int, nargs="+", default=[10, 10000], help="the sizes (default 10 10000)")
     commands.add_parser("live", help="the rig stack's own live checks (two tokens, the ceiling, concurrency)")
     commands.add_parser("diff", help="the deployed stack against the unit suite's models (filter order, ...)")
     commands.add_parser("status", help="what of the rig is on the machine")
@@ -520,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return engine_lifecycle(layout, options.steps)
     if options.command == "e2e":
         return end_to_end(layout, options.only, options.bench)
+    if options.command == "scale":
+        return scale(layout, options.actors)
     if options.command == "live":
         return live(layout)
     if options.command == "diff":

@@ -96,16 +96,19 @@ def run_logged(argv: list[str], cwd: Path, env: Mapping[str, str], log: Path, ti
 
 
 def verdicts(output: str) -> list[dict[str, Any]]:
-    """Every `[PASS] N. title` / `[FAIL] N. title` block the suite printed, with its evidence lines."""
+    """Every `[PASS] N. title` / `[FAIL] N. title` block the suite printed, with its evidence lines; once each (the
+    suite prints each check's block when it ends and all of them again in its closing report)."""
     found: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
     for line in output.splitlines():
         match = VERDICT.match(line.strip())
         if match and not line.startswith(" "):
-            found.append(
-                {"check": int(match.group(2)), "title": match.group(3), "ok": match.group(1) == "PASS", "evidence": []}
-            )
-        elif found and line.startswith(EVIDENCE_INDENT[:4]) and line.strip():
-            found[-1]["evidence"].append(line.strip())
+            check = int(match.group(2))
+            current = {"check": check, "title": match.group(3), "ok": match.group(1) == "PASS", "evidence": []}
+            if all(seen["check"] != check for seen in found):
+                found.append(current)
+        elif current is not None and line.startswith(EVIDENCE_INDENT[:4]) and line.strip():
+            current["evidence"].append(line.strip())
     return found
 
 

@@ -131,6 +131,9 @@ def test_the_e2e_verdicts_are_read_from_what_the_suite_prints():
         "[FAIL] 6. A streamed response is charged when it ends\n"
         "      why: expected 200, got 0\n"
         "===== 1 failed, 1 passed in 12.00s =====\n"
+        # The closing report repeats every block: read once.
+        "[PASS] 1. Normal call is metered to the caller's own bucket\n"
+        "      actor-a  200  tokens 200\n"
     )
     assert e2e.verdicts(output) == [
         {

@@ -17,7 +17,7 @@ from core.egress.shards import shard_of
 from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
 from core.manifests import budget_policy_manifest
 from core.validation import parse_settings, validate_stack
-from rig import actor_keys, component_package, differential, egress_check, lifecycle, live_checks, move, program
+from rig import actor_keys, component_package, differential, egress_check, lifecycle, live_checks, move, program, scale
 from rig.engine import Engine
 from rig.processes import StepError
 from tools.spend.stack import load_stack
@@ -319,3 +319,51 @@ def test_a_burst_under_a_calls_limit_admits_exactly_what_it_leaves():
         live_checks.judge_bounded_burst([200] * 9 + [429] * 22 + [500], 9, 2000, 9000)
     with pytest.raises(StepError, match="above worstCase 9000"):
         live_checks.judge_bounded_burst([200] * 9 + [429] * 23, 9, 9200, 9000)
+
+
+METRICS = """\
+# HELP watchable_subscribe_duration_seconds How long a subscriber took to handle an update.
+# TYPE watchable_subscribe_duration_seconds histogram
+watchable_subscribe_duration_seconds_bucket{message="xds-ir",runner="xds-translator",le="0.001"} 3
+watchable_subscribe_duration_seconds_sum{message="xds-ir",runner="xds-translator"} 0.25
+watchable_subscribe_duration_seconds_count{message="xds-ir",runner="xds-translator"} 4
+watchable_subscribe_duration_seconds_sum{message="provider-resources",runner="gateway-api"} 1.5
+watchable_subscribe_duration_seconds_count{message="provider-resources",runner="gateway-api"} 10
+watchable_subscribe_duration_seconds_sum{message="other",runner="gateway-api"} 0.5
+watchable_subscribe_duration_seconds_count{message="other",runner="gateway-api"} 2
+xds_snapshot_create_total{nodeID="x"} 7
+"""
+
+
+def test_envoy_gateways_runner_times_are_added_per_runner_and_differenced_over_a_change():
+    before = scale.runner_seconds(METRICS)
+    assert before == {"xds-translator": (0.25, 4.0), "gateway-api": (2.0, 12.0)}
+    after = {"xds-translator": (0.75, 5.0), "gateway-api": (2.0, 12.0), "infrastructure": (0.1, 1.0)}
+    assert scale.growth(before, after) == {
+        "infrastructure": {"seconds": 0.1, "updates": 1},
+        "xds-translator": {"seconds": 0.5, "updates": 1},
+    }
+
+
+def test_the_scale_layout_keeps_the_stacks_own_actors_and_fills_up_to_the_size():
+    own = ["serviceaccount:agents/actor-a", "apikey:actor-key"]
+    actors, budgets, suspended = scale.layout(own, 10_000)
+    assert len(actors) == 10_000 and actors[:2] == own and len(set(actors)) == 10_000
+    members = [actor for entry in budgets["classes"] for actor in entry["actors"]]
+    assert len(budgets["classes"]) == 50 and len(members) == int(9_998 * 0.02) // 50 * 50
+    assert not set(members) & set(own) and not set(suspended) & set(own)
+    assert len(suspended) == 10
+    small, small_budgets, _ = scale.layout(own, 10)
+    # Ten actors hold no class member (2% of eight is none): the default budget alone, no empty class.
+    assert len(small) == 10 and small_budgets["classes"] == []
+
+
+def test_the_scale_caller_is_a_fresh_service_account_under_the_default_budget():
+    own = ["serviceaccount:agents/actor-a", "apikey:actor-key"]
+    actors, budgets, suspended = scale.layout(own, 10_000)
+    warm, caller = scale.default_callers(actors, budgets, suspended)
+    assert (warm, caller) == ("serviceaccount:bench/agent-0-009996", "serviceaccount:bench/agent-0-009997")
+    assert scale.layout(own, 10, run="12345")[0][-1] == "serviceaccount:bench/agent-12345-000007"
+    assert caller not in suspended and all(caller not in entry["actors"] for entry in budgets["classes"])
+    with pytest.raises(StepError, match="fewer than two"):
+        scale.default_callers(own, {"classes": []}, [])
