@@ -7,7 +7,7 @@ the policy pack's analyzer gets it the same way, sdk/go/common/resource/plugin/a
 `execve` refuses any one argument or environment string longer than `MAX_ARG_STRLEN`, 32 pages of 4 KiB
 (include/uapi/linux/binfmts.h), with E2BIG: the engine then fails before the program runs, with `fork/exec
 .../python: argument list too long`, and the program cannot report it. Seen on the rig: a dev stack with 10,000
-service-account actors (about 470 KB of configuration) failed so; at 2,000 (about 95 KB) it ran.
+service-account actors (about 460 KB of configuration) failed so; at 2,000 (about 95 KB) it ran.
 
 So the program warns while it still can: when the variable it was started with is past a share of the limit.
 """

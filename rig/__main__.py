@@ -310,7 +310,8 @@ def up(layout: Layout, keep: bool, program_only: bool = False, stack: str = PROG
                 say(f"  removed {line}")
         return 1
     report = run.write()
-    say(f"node Ready after {ready_at} s; the whole run {run.report['seconds']} s")
+    ready = f"node Ready after {ready_at} s; " if ready_at is not None else ""  # a program-only run made no node
+    say(f"{ready}the whole run {run.report['seconds']} s")
     say(f"report: {report}")
     say(f"kubectl: python -m rig kubectl get nodes   (kubeconfig {layout.kubeconfig('admin')}, in netns)")
     return 0
@@ -431,8 +432,9 @@ def live(layout: Layout) -> int:
     return 0 if all(result["ok"] for result in results) else 1
 
 
-def scale(layout: Layout, sizes: list[int]) -> int:
-    """`python -m rig scale`: a budget change at each size of actors (rig/scale.py), into the report."""
+def scale(layout: Layout, sizes: list[int], through_a_program: bool = False) -> int:
+    """`python -m rig scale`: a budget change at each size of actors (rig/scale.py), into the report; with
+    `through_a_program`, on an emptied cluster, by a Python program building AgentBudgets from a file."""
     from rig import scale as scaling
 
     rig = DeployedRig.find(layout)
@@ -440,7 +442,11 @@ def scale(layout: Layout, sizes: list[int]) -> int:
         return 1
     began = time.monotonic()
     try:
-        result: dict[str, Any] = {"ok": True, "sizes": scaling.run(rig.node, rig.engine, rig.stack, sizes)}
+        if through_a_program:
+            measured = [scaling.through_a_program(rig.node, rig.engine, rig.stack, size) for size in sizes]
+        else:
+            measured = scaling.run(rig.node, rig.engine, rig.stack, sizes)
+        result: dict[str, Any] = {"ok": True, "through_a_program": through_a_program, "sizes": measured}
     except StepError as error:
         result = {"ok": False, "error": str(error)}
     result["seconds"] = round(time.monotonic() - began, 1)
@@ -452,11 +458,11 @@ def scale(layout: Layout, sizes: list[int]) -> int:
         )
     if not result["ok"]:
         say(f"  FAIL: {result['error'][:800]}")
-    rig.record("scale", result)
+    rig.record("scale_program" if through_a_program else "scale", result)
     return 0 if result["ok"] else 1
 
 
-def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
+def end_to_end(layout: Layout, only: str | None, bench: bool = False, concurrency: list[int] | None = None) -> int:
     """`python -m rig e2e`: tests/e2e (or with `bench`, `make bench-e2e`) on the rig's deployed stack (rig/e2e.py),
     into the run's report."""
     from rig import e2e
@@ -468,10 +474,17 @@ def end_to_end(layout: Layout, only: str | None, bench: bool = False) -> int:
     began = time.monotonic()
     if bench:
         say(f"make bench-e2e on stack {rig.stack} (log: {logs / 'bench-e2e.log'}) ...")
-        result = e2e.run_bench(rig.engine, layout, kubectl, logs / "bench-e2e.log")
+        result = e2e.run_bench(
+            rig.engine,
+            layout,
+            kubectl,
+            logs / "bench-e2e.log",
+            calls=1600 if concurrency else 2000,
+            concurrency=concurrency,
+        )
         for line in result["report"]:
             say(f"  {line}")
-        rig.record("bench_e2e", result)
+        rig.record("bench_throughput" if concurrency else "bench_e2e", result)
         return 0 if result["exit"] == 0 else 1
     say(f"tests/e2e on stack {rig.stack} (log: {logs / 'e2e.log'}) ...")
     result = e2e.run_suite(rig.engine, layout, kubectl, logs / "e2e.log", only)
@@ -525,8 +538,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     e2e_parser = commands.add_parser("e2e", help="tests/e2e against the deployed stack (make e2e, on the rig)")
     e2e_parser.add_argument("-k", dest="only", default=None, help="only the checks pytest -k selects")
     e2e_parser.add_argument("--bench", action="store_true", help="make bench-e2e instead: the latency the path adds")
+    e2e_parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=None, help="with --bench: calls per second at these concurrencies"
+    )
     scale_parser = commands.add_parser("scale", help="a budget change at each number of actors, timed")
-    scale_parser.add_argument("--actors", type=int, nargs="+", default=[10, 10000], help="the sizes (default 10 10000)")
+    scale_parser.add_argument("--actors", type=int, nargs="+", default=[10, 2000], help="the sizes (default 10 2000)")
+    scale_parser.add_argument(
+        "--program", action="store_true", help="on an emptied cluster, through a Python program (past a stack file)"
+    )
     commands.add_parser("live", help="the rig stack's own live checks (two tokens, the ceiling, concurrency)")
     commands.add_parser("diff", help="the deployed stack against the unit suite's models (filter order, ...)")
     commands.add_parser("status", help="what of the rig is on the machine")
@@ -546,9 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.command == "engine":
         return engine_lifecycle(layout, options.steps)
     if options.command == "e2e":
-        return end_to_end(layout, options.only, options.bench)
+        return end_to_end(layout, options.only, options.bench, options.concurrency)
     if options.command == "scale":
-        return scale(layout, options.actors)
+        return scale(layout, options.actors, options.program)
     if options.command == "live":
         return live(layout)
     if options.command == "diff":

@@ -139,9 +139,12 @@ def run_suite(engine: Engine, layout: Layout, kubectl: Path, log: Path, only: st
     return {"setup": setup, "exit": status, "summary": summary.strip("= "), "verdicts": verdicts(output)}
 
 
-def run_bench(engine: Engine, layout: Layout, kubectl: Path, log: Path, calls: int = 2000) -> dict[str, Any]:
+def run_bench(
+    engine: Engine, layout: Layout, kubectl: Path, log: Path, calls: int = 2000, concurrency: list[int] | None = None
+) -> dict[str, Any]:
     """`make bench-e2e` on the rig (tests/e2e/bench_latency.py): the latency the full path adds over the same calls
-    straight to the mock model, each timed by the probe agent in the cluster; its report lines."""
+    straight to the mock model, each timed by the probe agent in the cluster, or with `concurrency` the calls per
+    second at each level; its report lines."""
     setup = point_at_the_rig(engine, layout)
     env = environment(engine, layout, kubectl)
     status, output = run_logged(["bash", "scripts/up.sh", "agent-pods"], engine.project, env, log, timeout=900)
@@ -153,6 +156,7 @@ def run_bench(engine: Engine, layout: Layout, kubectl: Path, log: Path, calls: i
         "tests.e2e.bench_latency",
         "--calls",
         str(calls),
+        *(["--concurrency", *map(str, concurrency)] if concurrency else []),
     ]
     status, output = run_logged(argv, engine.project, env, log, timeout=3600)
     lines = [line.strip() for line in output.splitlines() if line.strip()]

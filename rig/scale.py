@@ -19,12 +19,17 @@ import json
 import re
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rig import lifecycle, program
+from agent_budgets.component import SECTION_FIELDS
+from core.config_size import config_env_bytes
+from core.validation import parse_settings
+from rig import actor_keys, lifecycle, program
 from rig.engine import Engine
+from rig.lifecycle import lowered_default
 from rig.node import Node
 from rig.processes import StepError, wait_until
 from tests.support.budgets import classes_layout
@@ -148,3 +153,140 @@ def run(node: Node, engine: Engine, stack: str, sizes: list[int]) -> list[dict[s
         engine.pulumi(
             "up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-scale-restore", timeout=3600
         )
+
+
+# --- past what a stack file holds: a Python program building AgentBudgets from a file ---------------------------
+
+PROGRAM_PROJECT = "agent-budgets-scale"
+PROGRAM_STACK = "scale"
+PROGRAM_MESSAGE_LIMIT = "32Mi"
+PROGRAM_MAIN = """\
+\"\"\"A Python program using AgentBudgets, its sections read from a file: the way past what a stack file can hold
+(docs/configuration.md, "How large a stack file can be"). Made by rig/scale.py.\"\"\"
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {project!r})  # agent-budgets as a checkout, not an installed distribution
+
+import pulumi  # noqa: E402
+
+from agent_budgets import AgentBudgets, AgentBudgetsArgs  # noqa: E402
+
+sections = json.loads((Path(__file__).parent / "sections.json").read_text(encoding="utf-8"))
+budgets = AgentBudgets("agent-budgets", AgentBudgetsArgs(**sections))
+for key, value in budgets.stack_outputs.items():
+    pulumi.export(key, value)
+"""
+
+
+def program_sections(stack_file: Path, overlay: dict[str, Any]) -> dict[str, Any]:
+    """A stack file's sections with the overlay, as AgentBudgetsArgs' fields (`rateLimit` -> `rate_limit`)."""
+    config = (yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}).get("config") or {}
+    merged = {
+        key.split(":", 1)[1]: value for key, value in {**config, **overlay}.items() if key.startswith("agent-budgets:")
+    }
+    return {SECTION_FIELDS[key]: value for key, value in merged.items() if key in SECTION_FIELDS}
+
+
+def write_program(directory: Path, project: Path, venv: Path, sections: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "__main__.py").write_text(PROGRAM_MAIN.format(project=str(project)), encoding="utf-8")
+    (directory / "sections.json").write_text(json.dumps(sections), encoding="utf-8")
+    document = {
+        "name": PROGRAM_PROJECT,
+        "runtime": {"name": "python", "options": {"toolchain": "pip", "virtualenv": str(venv)}},
+    }
+    (directory / "Pulumi.yaml").write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+
+
+def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict[str, Any]:
+    """On an emptied cluster: `stack`'s file with `size` actors, deployed by a Python program that reads its
+    sections from a file; the budget change timed as `one_size` times it; destroyed."""
+    directory = engine.directory / "scale-program"
+    overlay = program.overlay(node.layout, engine.by_hand)
+    base = program_sections(engine.project / f"Pulumi.{stack}.yaml", overlay)
+    own = list(base["actors"])
+    actors, budgets, suspended = layout(own, size, run=f"{int(time.time()) % 100_000:05d}")
+    sections = {**base, "actors": actors, "budgets": budgets, "suspended": suspended}
+    # What the program's own check asks for at 10,000 service accounts (the SecurityPolicy's principals make Envoy
+    # Gateway's message to Agent Router about 14 MB, more than 16Mi holds with its 25% headroom).
+    sections["platform"] = {**sections.get("platform", {}), "extensionMessageLimit": PROGRAM_MESSAGE_LIMIT}
+    write_program(directory, engine.project, engine.project_root / "venv", sections)
+    engine.pulumi("stack", "select", "--create", PROGRAM_STACK, cwd=directory, log_name="scale-program-init")
+    began = time.monotonic()
+    engine.pulumi(
+        "up",
+        "--stack",
+        PROGRAM_STACK,
+        "--yes",
+        "--skip-preview",
+        cwd=directory,
+        log_name="scale-program-up",
+        timeout=3600,
+    )
+    up_seconds = round(time.monotonic() - began, 1)
+    evidence: dict[str, Any] = {
+        "actors": len(actors),
+        "classes": len(budgets["classes"]),
+        "suspended": len(suspended),
+        "extensionMessageLimit": PROGRAM_MESSAGE_LIMIT,
+    }
+    evidence["up_seconds_from_nothing"] = up_seconds
+    evidence["config_bytes_it_would_take_in_a_stack_file"] = config_env_bytes(
+        json.dumps({f"agent-budgets:{k}": json.dumps(v) for k, v in (("actors", actors), ("budgets", budgets))})
+    )
+    settings = parse_settings({key: value for key, value in yaml_sections(sections).items()})
+    evidence["keys_published"] = actor_keys.publish_keys_of(node, engine, settings)
+    outputs = engine.outputs(PROGRAM_STACK, cwd=directory)
+    url, host = program.gateway_address(node, outputs)
+    warm, caller = default_callers(actors, budgets, suspended)
+
+    def limit_seen(actor: str) -> tuple[int, str]:
+        namespace, name = actor.removeprefix("serviceaccount:").split("/")
+        token = program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
+        status, _, headers = program.call(url, host, token)
+        return status, headers.get("x-ratelimit-limit", "")
+
+    wait_until(f"{warm} served at {size} actors", lambda: "200" if limit_seen(warm)[0] == 200 else None, 900)
+    changed, old, new = lowered_default(budgets)
+    before = runner_seconds(metrics(node))
+    (directory / "sections.json").write_text(json.dumps({**sections, "budgets": changed}), encoding="utf-8")
+    began = time.monotonic()
+    engine.pulumi(
+        "up",
+        "--stack",
+        PROGRAM_STACK,
+        "--yes",
+        "--skip-preview",
+        cwd=directory,
+        log_name="scale-program-budget",
+        timeout=3600,
+    )
+    applied = round(time.monotonic() - began, 1)
+    seen: dict[str, Any] = {}
+
+    def limited_by_new() -> str | None:
+        status, limit = limit_seen(caller)
+        seen.update(status=status, limit=limit)
+        return limit if limit.split(",")[0].strip() == str(new) else None
+
+    wait_until(f"a call limited by {new} at {size} actors", limited_by_new, 900, interval=0.5)
+    evidence.update(
+        limit=[old, new],
+        up_seconds_of_the_change=applied,
+        seconds_from_up_to_the_first_call_with_the_new_limit=round(time.monotonic() - began, 1),
+        call=seen,
+    )
+    time.sleep(5)
+    evidence["envoy_gateway_runners"] = growth(before, runner_seconds(metrics(node)))
+    evidence["destroy"] = program.destroy(node, engine, PROGRAM_STACK, log_name="scale-program-destroy", cwd=directory)
+    engine.pulumi("stack", "rm", PROGRAM_STACK, "--yes", cwd=directory, log_name="scale-program-destroy")
+    return evidence
+
+
+def yaml_sections(fields: dict[str, Any]) -> dict[str, Any]:
+    """AgentBudgetsArgs' fields back to the sections' keys (what parse_settings reads)."""
+    keys = {field: key for key, field in SECTION_FIELDS.items()}
+    return {keys[field]: value for field, value in fields.items() if field in keys}

@@ -2553,3 +2553,18 @@ def test_the_benchs_direct_probe_runs_in_a_namespace_the_environment_has():
     there (`kubectl run` failed with `namespaces "agent-budgets-actors" not found` on the rig)."""
     assert bench_latency.direct_namespace(SETTINGS) == "agent-budgets-actors"
     assert bench_latency.direct_namespace(K8S) == K8S.agent_namespace == "agents"
+
+
+def test_the_sustained_rate_is_the_busiest_level_whose_p95_has_not_doubled():
+    from tests.e2e.e2elib.stats import Level, Summary, sustained, throughput_lines
+
+    def level(concurrency: int, seconds: float, p95: float) -> Level:
+        return Level(concurrency, 400, seconds, Summary(400, p95 / 2, p95))
+
+    levels = [level(1, 20.0, 10.0), level(2, 12.0, 14.0), level(4, 9.0, 19.9), level(8, 8.0, 35.0)]
+    best = sustained(levels)
+    assert best is not None and best.concurrency == 4 and round(best.calls_per_second, 1) == 44.4
+    lines = throughput_lines(levels)
+    assert lines[0] == "concurrency  1: 400 calls in 20.0 s = 20.0 calls/s, median 5.00 ms, p95 10.00 ms"
+    assert lines[-1].startswith("sustained before p95 doubles: 44.4 calls/s at concurrency 4")
+    assert sustained([]) is None

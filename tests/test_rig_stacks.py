@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent_budgets import AgentBudgetsArgs
 from agent_budgets.component import RemoteModeError, _check_package_mode
 from core.egress.shards import shard_of
 from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
@@ -367,3 +368,21 @@ def test_the_scale_caller_is_a_fresh_service_account_under_the_default_budget():
     assert caller not in suspended and all(caller not in entry["actors"] for entry in budgets["classes"])
     with pytest.raises(StepError, match="fewer than two"):
         scale.default_callers(own, {"classes": []}, [])
+
+
+def test_the_scale_program_builds_agent_budgets_from_the_stack_files_sections(tmp_path: Path):
+    overlay = {"agent-budgets:mockModel": {"image": "python:3.12"}, "agent-budgets:kubernetes": {"context": "rig"}}
+    sections = scale.program_sections(ROOT / "Pulumi.dev-kubernetes.yaml", overlay)
+    assert sections["mock_model"] == {"image": "python:3.12"} and sections["kubernetes"] == {"context": "rig"}
+    assert sections["actors"][0] == "serviceaccount:agents/actor-a"
+    assert set(sections) <= set(AgentBudgetsArgs.__annotations__)
+    back = scale.yaml_sections(sections)
+    assert back["mockModel"] == {"image": "python:3.12"} and "mock_model" not in back
+    assert parse_settings(back).identity.sources == ["kubernetes", "apiKeys"]
+    scale.write_program(tmp_path / "program", ROOT, ROOT / "venv", sections)
+    main = (tmp_path / "program" / "__main__.py").read_text()
+    compile(main, "__main__.py", "exec")
+    assert repr(str(ROOT)) in main
+    assert json.loads((tmp_path / "program" / "sections.json").read_text()) == sections
+    project = yaml.safe_load((tmp_path / "program" / "Pulumi.yaml").read_text())
+    assert project["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": str(ROOT / "venv")}}

@@ -9,13 +9,20 @@ p95 of each and the difference ("added").
 
 So that 2,000 calls are not refused after three, actor-a gets a large budget class for the run
 (stack config + `pulumi up`, restored afterwards, like check 8).
+
+With `--concurrency 1 2 4 ...` it measures throughput instead: `--calls` calls through the full path at each
+level (that many probe requests at once, each on its own kept-alive connection), the calls per second and the
+busiest level whose p95 stays within twice the p95 at the lowest. The load comes from a probe agent on the same
+machine, so the figure is the machine's, gateway and load together.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,7 +36,7 @@ from tests.e2e.e2elib.portforward import PortForward
 from tests.e2e.e2elib.probe import ProbeClient
 from tests.e2e.e2elib.runner import check
 from tests.e2e.e2elib.stack import budget_class
-from tests.e2e.e2elib.stats import report, summarize
+from tests.e2e.e2elib.stats import Level, report, summarize, throughput_lines
 
 DIRECT_POD = "agent-budgets-bench-direct"
 SUBSTRATE_DIRECT_NAMESPACE = "agent-budgets-actors"  # the demo's own namespace (scripts/versions.env WORKER_NAMESPACE)
@@ -129,19 +136,56 @@ def run(env: LiveEnv, calls: int, warmup: int, chunk: int, actor: str) -> int:
     return 1 if problems else 0
 
 
+def run_throughput(env: LiveEnv, levels: list[int], calls: int, actor: str) -> int:
+    """`calls` calls through the full path at each concurrency of `levels` (that many probe requests at once, each on
+    its own kept-alive connection), timed as a whole and call by call: calls per second, and the busiest level whose
+    p95 stays within twice the p95 at the lowest (the load comes from the same machine's probe agent)."""
+    s = env.settings
+    model = s.models[0]
+    tokens = max(1_000_000, 2 * calls * len(levels) * s.tokens_per_call)
+    bench = {"name": "bench", "tokens": tokens, "per": s.default_per, "actors": [s.actor_id(actor)]}
+    measured: list[Level] = []
+    with budget_class(env.stack, bench, env.settle_policy):
+        print(env.fresh_buckets())
+        env.probe.bench(actor, 50, model=model)
+        for concurrency in levels:
+            share = max(calls // concurrency, 1)
+            began = time.monotonic()
+            with ThreadPoolExecutor(concurrency) as pool:
+                batches = list(pool.map(lambda _, n=share: env.probe.bench(actor, n, model=model), range(concurrency)))
+            seconds = time.monotonic() - began
+            latencies = [value for batch in batches for value in batch["latencies_ms"]]
+            statuses = {code for batch in batches for code in batch["statuses"]}
+            if statuses != {"200"} or any(batch["errors"] for batch in batches):
+                print(f"  FAIL: at concurrency {concurrency} not every call returned 200: {sorted(statuses)}")
+                return 1
+            measured.append(Level(concurrency, len(latencies), seconds, summarize(latencies)))
+        print(env.fresh_buckets())
+    print(f"bench-e2e throughput: {calls} calls at each concurrency of {levels}, through the full path from {actor}")
+    for line in throughput_lines(measured):
+        print("  " + line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="timed calls per path (default 2000)")
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls first (default 50)")
     parser.add_argument("--chunk", type=int, default=500, help="calls per request to a probe (default 500)")
     parser.add_argument("--actor", default=None, help="demo actor for the full path (default: the first)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=None, help="instead: calls per second at these concurrencies"
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.warmup < 1 or args.chunk < 1:
         parser.error("--calls, --warmup and --chunk must be positive")
     settings = load_settings()
     try:
         with live_env(settings) as env:
-            return run(env, args.calls, args.warmup, args.chunk, args.actor or settings.demo_actors[0])
+            actor = args.actor or settings.demo_actors[0]
+            if args.concurrency:
+                return run_throughput(env, args.concurrency, args.calls, actor)
+            return run(env, args.calls, args.warmup, args.chunk, actor)
     except StackUnavailableError as exc:
         # Only ever run live (`make bench-e2e`): no stack is a failure with its reason, never a pass.
         print(f"bench-e2e failed: no live dev stack: {exc}. Run `make up` first", file=sys.stderr)
