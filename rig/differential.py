@@ -13,7 +13,10 @@ trusts, each read live from the rig's cluster. A model that disagrees is wrong (
 4. after one call by every active actor of the stack, every Redis key the rate-limit service wrote against
    `core/ratelimit_model.py` `rules_for_actor` of the live BackendTrafficPolicy (each key one the model predicts for
    a listed actor, each called actor's predicted keys all there), and `python -m tools.spend --json` (what `make
-   spend` prints) holding the same keys with the same values.
+   spend` prints) holding the same keys with the same values;
+5. each Envoy route's rate-limit configuration (its `typed_per_filter_config` entry for the budget policy's
+   domain, serialized with the real protos from what `/config_dump` shows) against `core/xds_size.py`
+   `rate_limit_domains` of the live policy, byte for byte.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401 - registers the Any's type
+from google.protobuf import any_pb2, json_format
 
 from core.filter_chain import (
     AGENT_ROUTER_FILTER,
@@ -39,6 +45,7 @@ from core.identity import API_KEYS, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_
 from core.manifests import api_key_client_id, api_key_secret_name
 from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME, render_ratelimit_pod
 from core.ratelimit_model import rules_for_actor
+from core.xds_size import RATE_LIMIT_FILTER, rate_limit_domains
 from rig import actor_keys, program
 from rig.engine import Engine
 from rig.node import Node
@@ -320,6 +327,39 @@ def redis_keys_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     return evidence
 
 
+def route_rate_limit_bytes(config_dump: Mapping[str, Any], filter_key: str) -> dict[str, int]:
+    """Envoy route name -> the bytes of its `typed_per_filter_config` entry `filter_key`, serialized with the real
+    protos (xds-protos) from what Envoy holds: a `Route` holding only that entry is exactly that field's bytes."""
+    sizes: dict[str, int] = {}
+    for config in config_dump.get("configs", []):
+        for entry in config.get("dynamic_route_configs", []):
+            for host in (entry.get("route_config") or {}).get("virtual_hosts", []):
+                for route in host.get("routes", []):
+                    value = (route.get("typed_per_filter_config") or {}).get(filter_key)
+                    if value is None:
+                        continue
+                    packed = any_pb2.Any()
+                    json_format.ParseDict(value, packed)
+                    one = route_components_pb2.Route(typed_per_filter_config={filter_key: packed})
+                    sizes[route.get("name", "?")] = one.ByteSize()
+    return sizes
+
+
+def xds_size_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
+    settings = actor_keys.stack_settings(engine, stack)
+    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", settings.gateway.namespace, "-o", "json"))
+    [policy] = [p for p in policies["items"] if (p["spec"].get("rateLimit") or {}).get("global")]
+    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    [(domain, model)] = rate_limit_domains(namespace, name, policy["spec"]["rateLimit"]["global"]["rules"]).items()
+    live = route_rate_limit_bytes(envoy_config_dump(node), f"{RATE_LIMIT_FILTER}/{domain}")
+    if not live:
+        raise StepError(f"no Envoy route carries the rate limits of domain {domain}")
+    wrong = {route: size for route, size in live.items() if size != model}
+    if wrong:
+        raise StepError(f"core/xds_size.py says {model} bytes a route; Envoy's routes hold {wrong}")
+    return {"domain": domain, "bytes_per_route": model, "routes": sorted(live)}
+
+
 CHECKS: list[tuple[str, Callable[[Node, Engine, str], dict[str, Any]]]] = [
     ("Envoy's HTTP filter order is core/filter_chain.py's", lambda node, engine, stack: filter_chain_check(node)),
     (
@@ -331,4 +371,5 @@ CHECKS: list[tuple[str, Callable[[Node, Engine, str], dict[str, Any]]]] = [
         lambda node, engine, stack: agent_router_routes_check(node),
     ),
     ("every Redis key is core/ratelimit_model.py's, and make spend --json reads the same", redis_keys_check),
+    ("each route's rate-limit configuration is core/xds_size.py's, byte for byte", xds_size_check),
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from google.protobuf import json_format
 
 from agent_budgets import AgentBudgetsArgs
 from agent_budgets.component import RemoteModeError, _check_package_mode
@@ -18,9 +19,11 @@ from core.egress.shards import shard_of
 from core.filter_chain import AGENT_ROUTER_FILTER, HEADER_TO_METADATA, IDENTITY_BEFORE_AGENT_ROUTER, JWT_AUTHN, ROUTER
 from core.manifests import budget_policy_manifest
 from core.validation import parse_settings, validate_stack
+from core.xds_size import RATE_LIMIT_FILTER, rate_limit_domains
 from rig import actor_keys, component_package, differential, egress_check, lifecycle, live_checks, move, program, scale
 from rig.engine import Engine
 from rig.processes import StepError
+from tests.test_xds_size import NAME, NS, _rule, reference_route
 from tools.spend.stack import load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -386,3 +389,13 @@ def test_the_scale_program_builds_agent_budgets_from_the_stack_files_sections(tm
     assert json.loads((tmp_path / "program" / "sections.json").read_text()) == sections
     project = yaml.safe_load((tmp_path / "program" / "Pulumi.yaml").read_text())
     assert project["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": str(ROOT / "venv")}}
+
+
+def test_a_routes_rate_limit_bytes_are_read_back_from_a_config_dump_as_the_model_counts_them():
+    rules = [_rule([{"name": "x-actor-id", "type": "Distinct"}]), _rule([{"name": "x-actor-id", "type": "Distinct"}])]
+    [(domain, model)] = rate_limit_domains(NS, NAME, rules).items()
+    route = json_format.MessageToDict(reference_route(rules), preserving_proto_field_name=True)
+    dump = {"configs": [{"dynamic_route_configs": [{"route_config": {"virtual_hosts": [{"routes": [route]}]}}]}]}
+    sizes = differential.route_rate_limit_bytes(dump, f"{RATE_LIMIT_FILTER}/{domain}")
+    assert sizes == {route["name"]: model}
+    assert differential.route_rate_limit_bytes(dump, f"{RATE_LIMIT_FILTER}/other") == {}
