@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
 .PHONY: help venv test lint tools unit up down e2e crds bench bench-e2e bench-egress docs spend bench-spend simulate \
-	egress-orphans rig rig-down
+	egress-orphans rig rig-checks rig-down
 
 help:
 	@echo "make test       lint, build the real upstream tools (when Go is present), run the whole unit suite"
@@ -24,6 +24,7 @@ help:
 	@echo "make docs       regenerate the generated blocks of docs/ (configuration reference, outputs, message sizes, simulation)"
 	@echo "make down       pulumi destroy, then delete the kind cluster"
 	@echo "make rig        a real single-node cluster on this machine (root): builds what is missing, runs the node's checks"
+	@echo "make rig-checks every live check that applies to the stack make rig deployed (root), into its report"
 	@echo "make rig-down   remove every process, mount, cgroup, rule and namespace of the rig, and say what was removed"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -142,6 +143,10 @@ crds:
 RIG_STACK = dev-kubernetes
 rig: $(STAMP)
 	$(BIN)/python -m rig up --stack $(RIG_STACK)
+
+# Every live check that applies to the stack `make rig` deployed (docs/rig.md): python -m rig checks.
+rig-checks: $(STAMP)
+	$(BIN)/python -m rig checks
 
 rig-down: $(STAMP)
 	$(BIN)/python -m rig down

@@ -317,6 +317,11 @@ def up(layout: Layout, keep: bool, program_only: bool = False, stack: str = PROG
     return 0
 
 
+def failure(error: Exception) -> str:
+    """A step's error as the report names it: a StepError's own words, any other exception with its type."""
+    return str(error) if isinstance(error, StepError) else f"{type(error).__name__}: {error}"
+
+
 class DeployedRig:
     """The node and the engine `make rig` left up, as `python -m rig engine` and `python -m rig e2e` work on them:
     this process in the node's namespace, results added to that run's report."""
@@ -373,8 +378,8 @@ def engine_lifecycle(layout: Layout, only: Sequence[int] = ()) -> int:
         began = time.monotonic()
         try:
             result = {"step": name, "ok": True, "evidence": step(rig.node, rig.engine, rig.stack)}
-        except StepError as error:
-            result = {"step": name, "ok": False, "error": str(error)}
+        except Exception as error:  # any failure is a verdict in the report, not a lost run
+            result = {"step": name, "ok": False, "error": failure(error)}
         result["seconds"] = round(time.monotonic() - began, 1)
         say(f"[{index}/{total}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         if not result["ok"]:
@@ -397,8 +402,8 @@ def differential(layout: Layout) -> int:
         began = time.monotonic()
         try:
             result = {"check": name, "ok": True, "evidence": check(rig.node, rig.engine, rig.stack)}
-        except StepError as error:
-            result = {"check": name, "ok": False, "error": str(error)}
+        except Exception as error:  # any failure is a verdict in the report, not a lost run
+            result = {"check": name, "ok": False, "error": failure(error)}
         result["seconds"] = round(time.monotonic() - began, 1)
         say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         if not result["ok"]:
@@ -421,8 +426,8 @@ def live(layout: Layout) -> int:
         began = time.monotonic()
         try:
             result = {"check": name, "ok": True, "evidence": check(stack)}
-        except StepError as error:
-            result = {"check": name, "ok": False, "error": str(error)}
+        except Exception as error:  # any failure is a verdict in the report, not a lost run
+            result = {"check": name, "ok": False, "error": failure(error)}
         result["seconds"] = round(time.monotonic() - began, 1)
         say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         if not result["ok"]:
@@ -447,8 +452,8 @@ def scale(layout: Layout, sizes: list[int], through_a_program: bool = False) -> 
         else:
             measured = scaling.run(rig.node, rig.engine, rig.stack, sizes)
         result: dict[str, Any] = {"ok": True, "through_a_program": through_a_program, "sizes": measured}
-    except StepError as error:
-        result = {"ok": False, "error": str(error)}
+    except Exception as error:  # any failure is a verdict in the report, not a lost run
+        result = {"ok": False, "error": failure(error)}
     result["seconds"] = round(time.monotonic() - began, 1)
     for size in result.get("sizes", []):
         say(
@@ -518,6 +523,41 @@ def kubectl(layout: Layout, args: Sequence[str]) -> int:
     return 1
 
 
+THROUGHPUT_LEVELS = [1, 8, 16, 32, 64]
+SCALE_SIZES = [10, 2000]
+
+
+def every_check(layout: Layout) -> int:
+    """`python -m rig checks` (`make rig-checks`): on the stack `make rig` deployed, every live check that applies
+    to it, each into the report as its own command writes it: the models against what runs, then for the rig stack
+    its own live checks, for dev-kubernetes the end-to-end suite, the latency and throughput benches and a budget
+    change at scale. Readers first; the checks that change the stack put it back, and each starts from fresh counters
+    (the counters they spend stay spent)."""
+    rig = DeployedRig.find(layout)
+    if rig is None:
+        return 1
+    steps: list[tuple[str, Callable[[], int]]] = [("python -m rig diff", lambda: differential(layout))]
+    if rig.stack == "rig":
+        steps.append(("python -m rig live", lambda: live(layout)))
+    else:
+        steps += [
+            ("python -m rig e2e", lambda: end_to_end(layout, None)),
+            ("python -m rig e2e --bench", lambda: end_to_end(layout, None, bench=True)),
+            (
+                "python -m rig e2e --bench --concurrency",
+                lambda: end_to_end(layout, None, bench=True, concurrency=THROUGHPUT_LEVELS),
+            ),
+            ("python -m rig scale", lambda: scale(layout, SCALE_SIZES)),
+        ]
+    verdicts = {}
+    for name, step in steps:
+        say(f"== {name}")
+        verdicts[name] = "PASS" if step() == 0 else "FAIL"
+    for name, verdict in verdicts.items():
+        say(f"{verdict}  {name}")
+    return 0 if all(verdict == "PASS" for verdict in verdicts.values()) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rig", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -547,6 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--program", action="store_true", help="on an emptied cluster, through a Python program (past a stack file)"
     )
     commands.add_parser("live", help="the rig stack's own live checks (two tokens, the ceiling, concurrency)")
+    commands.add_parser("checks", help="every live check that applies to the deployed stack (make rig-checks)")
     commands.add_parser("diff", help="the deployed stack against the unit suite's models (filter order, ...)")
     commands.add_parser("status", help="what of the rig is on the machine")
     kubectl_parser = commands.add_parser("kubectl", help="kubectl as the rig's admin")
@@ -570,6 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return scale(layout, options.actors, options.program)
     if options.command == "live":
         return live(layout)
+    if options.command == "checks":
+        return every_check(layout)
     if options.command == "diff":
         return differential(layout)
     if options.command == "kubectl":

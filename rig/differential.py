@@ -237,6 +237,39 @@ def redis_counters(node: Node) -> dict[str, int]:
     return counters
 
 
+def delete_counters(node: Node, keys: list[str]) -> int:
+    """The counters `keys` deleted (a check starts from fresh buckets, as tests/e2e does): how many existed."""
+    if not keys:
+        return 0
+    script = 'export REDISCLI_AUTH="$REDIS_PASSWORD"; redis-cli DEL "$@"'
+    out = node.kubectl("exec", "-n", REDIS_NAMESPACE, REDIS_POD, "-c", "redis", "--", "sh", "-c", script, "sh", *keys)
+    return int(out.strip() or 0)
+
+
+def budget_policy(node: Node, namespace: str) -> dict[str, Any]:
+    """The live BackendTrafficPolicy that holds the budgets (the one with global rate-limit rules)."""
+    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", namespace, "-o", "json"))["items"]
+    found = [p for p in policies if (p["spec"].get("rateLimit") or {}).get("global")]
+    if len(found) != 1:
+        raise StepError(f"{len(found)} BackendTrafficPolicies with global rate limits in {namespace}, not one")
+    return found[0]
+
+
+def fresh_counters(node: Node, namespace: str, actors: list[str]) -> int:
+    """The actors' counters of the current windows deleted (a check starts from fresh buckets, as tests/e2e does)."""
+    policy = budget_policy(node, namespace)
+    rules = policy["spec"]["rateLimit"]["global"]["rules"]
+    now = int(time.time())
+    keys = {
+        rule.counter_key(now)
+        for actor in actors
+        for rule in rules_for_actor(
+            policy["metadata"]["namespace"], policy["metadata"]["name"], rules, actor_header_value(actor)
+        )
+    }
+    return delete_counters(node, sorted(keys))
+
+
 def predicted_keys(settings: Any, policy: Mapping[str, Any], now: int) -> dict[str, list[str]]:
     """Each listed actor's counter keys at `now`, as core/ratelimit_model.py reads the live policy."""
     rules = policy["spec"]["rateLimit"]["global"]["rules"]
@@ -249,10 +282,16 @@ def predicted_keys(settings: Any, policy: Mapping[str, Any], now: int) -> dict[s
     }
 
 
+def window_free(counter_key: str) -> str:
+    """A counter's key without its window start (envoyproxy/ratelimit src/limiter/cache_key.go ends it `_<start>`)."""
+    return counter_key.rsplit("_", 1)[0]
+
+
 def judge_redis_keys(predicted: Mapping[str, list[str]], called: list[str], live: Mapping[str, int]) -> dict[str, Any]:
-    """Every live key predicted for some actor; every predicted key of a called actor live."""
-    anyone = {key for keys in predicted.values() for key in keys}
-    unexplained = sorted(set(live) - anyone)
+    """Every live key one the model predicts for some actor (in any window: a key of an earlier window lives on until
+    it expires), and every key predicted for a called actor in the current window live."""
+    anyone = {window_free(key) for keys in predicted.values() for key in keys}
+    unexplained = sorted(key for key in live if window_free(key) not in anyone)
     if unexplained:
         raise StepError(f"Redis holds keys core/ratelimit_model.py predicts for no actor: {unexplained[:6]}")
     missing = {actor: sorted(set(predicted[actor]) - set(live)) for actor in called}
@@ -262,13 +301,16 @@ def judge_redis_keys(predicted: Mapping[str, list[str]], called: list[str], live
     return {"keys": len(live), "per_actor": {actor: len(predicted[actor]) for actor in called}}
 
 
-def judge_spend_report(report: Mapping[str, Any], live: Mapping[str, int]) -> dict[str, Any]:
-    """Each row's counter as Redis holds it (0 where no key exists yet), and every live key in some row."""
+def judge_spend_report(
+    report: Mapping[str, Any], live: Mapping[str, int], current: set[str] | None = None
+) -> dict[str, Any]:
+    """Each row's counter as Redis holds it (0 where no key exists yet), and every live key of the current windows
+    (`current`; all of `live` when None) in some row: the report reads the current windows only."""
     rows = {row["counter_key"]: row["counter_value"] for row in report["rows"]}
     wrong = {key: (value, live.get(key, 0)) for key, value in rows.items() if value != live.get(key, 0)}
     if wrong:
         raise StepError(f"make spend --json differs from Redis (report, Redis): {dict(list(wrong.items())[:6])}")
-    unreported = sorted(set(live) - set(rows))
+    unreported = sorted(key for key in set(live) - set(rows) if current is None or key in current)
     if unreported:
         raise StepError(f"Redis keys make spend --json has no row for: {unreported[:6]}")
     return {"rows": len(rows), "rows_with_a_counter": sum(1 for key in rows if key in live)}
@@ -306,16 +348,23 @@ def one_call_each(node: Node, engine: Engine, stack: str, settings: Any) -> dict
 
 def redis_keys_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     settings = actor_keys.stack_settings(engine, stack)
+    policy = budget_policy(node, settings.gateway.namespace)
+    began = int(time.time())
+    deleted = fresh_counters(node, settings.gateway.namespace, list(settings.actors))
     statuses = one_call_each(node, engine, stack, settings)
     called = [actor for actor, status in statuses.items() if status == 200]
     if len(called) != len(statuses):
         raise StepError(f"not every active actor's call was admitted: {statuses}")
     time.sleep(2)  # the response-time charges are made when each stream ends
     now = int(time.time())
-    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", settings.gateway.namespace, "-o", "json"))
-    [policy] = [p for p in policies["items"] if (p["spec"].get("rateLimit") or {}).get("global")]
     live = redis_counters(node)
-    evidence = {"calls": statuses, **judge_redis_keys(predicted_keys(settings, policy, now), called, live)}
+    if now // 3600 != began // 3600:
+        raise StepError("an hour's window turned during the calls: run the check again")
+    evidence = {
+        "fresh_counters_deleted": deleted,
+        "calls": statuses,
+        **judge_redis_keys(predicted_keys(settings, policy, now), called, live),
+    }
     spend = subprocess.run(
         [str(engine.project_root / "venv" / "bin" / "python"), "-m", "tools.spend", "--stack", stack, "--json",
          "--kubectl", str(node.binaries["kubectl"])],
@@ -323,7 +372,8 @@ def redis_keys_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     )  # fmt: skip
     if spend.returncode != 0:
         raise StepError(f"python -m tools.spend --json exited {spend.returncode}: {spend.stderr[-600:]}")
-    evidence["spend_report"] = judge_spend_report(json.loads(spend.stdout), redis_counters(node))
+    current = {key for keys in predicted_keys(settings, policy, int(time.time())).values() for key in keys}
+    evidence["spend_report"] = judge_spend_report(json.loads(spend.stdout), redis_counters(node), current)
     return evidence
 
 
@@ -347,8 +397,7 @@ def route_rate_limit_bytes(config_dump: Mapping[str, Any], filter_key: str) -> d
 
 def xds_size_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     settings = actor_keys.stack_settings(engine, stack)
-    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", settings.gateway.namespace, "-o", "json"))
-    [policy] = [p for p in policies["items"] if (p["spec"].get("rateLimit") or {}).get("global")]
+    policy = budget_policy(node, settings.gateway.namespace)
     namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
     [(domain, model)] = rate_limit_domains(namespace, name, policy["spec"]["rateLimit"]["global"]["rules"]).items()
     live = route_rate_limit_bytes(envoy_config_dump(node), f"{RATE_LIMIT_FILTER}/{domain}")

@@ -25,7 +25,7 @@ import yaml
 
 from core.identity import KUBERNETES, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_source, actors_of_source
 from core.settings import StackSettings
-from rig import actor_keys, egress_check, move, program
+from rig import actor_keys, differential, egress_check, move, program
 from rig import component_package as component_package_check
 from rig.engine import Engine, changed_resources, secrets_seen
 from rig.node import Node
@@ -116,7 +116,12 @@ def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     applied = round(time.monotonic() - began, 1)
     seen: dict[str, Any] = {}
 
+    namespace = actor_keys.stack_settings(engine, stack).gateway.namespace
+
     def limited_by_new() -> str | None:
+        # From fresh counters each time: a call the lower limit refuses answers 429 without the header, and each
+        # call spends the mock's tokens, more than a fifth of a small budget.
+        differential.fresh_counters(node, namespace, [actor])
         status, limit = rate_limit_header(node, engine, stack, actor)
         seen["status"], seen["x-ratelimit-limit"] = status, limit
         return limit if limit.split(",")[0].strip() == str(new) else None

@@ -175,7 +175,8 @@ def helm_uninstall_platform(node: Node, log: Path) -> None:
 
 
 def upgrade(engine: Engine, directory: Path, log_name: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    """The preview's changes of the program in `directory` on the move stack, then its `up`."""
+    """The preview's changes of the program in `directory` on the move stack, and what they are (the caller judges
+    them, then runs `up`)."""
     changes = operations(
         engine.pulumi("preview", "--stack", MOVE_STACK, "--json", cwd=directory, log_name=f"{log_name}-preview")
     )
@@ -219,7 +220,8 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         node, engine, parse_settings(load_stack(old, MOVE_STACK).raw)
     )
 
-    # The move's commit, then today's, on the same stack file (its salt and config as the old program left them).
+    # The move's commit, then today's, on the same stack file (its salt and config as the old program left them):
+    # `today_file` now holds the old program's file, the one today's program upgrades.
     for directory, name, judge in (
         (moved, "move-commit", judge_upgrade),
         (engine.project, "move-today", judge_later_commits),

@@ -335,7 +335,10 @@ def deploy(node: Node, engine: Engine, by_hand: ByHand, stack: str) -> dict[str,
 
 
 AGENT_ROUTER_FINALIZER = "aigateway.envoyproxy.io/finalizer"
-AGENT_ROUTER_KINDS = "aigatewayroutes.aigateway.envoyproxy.io,aiservicebackends.aigateway.envoyproxy.io"
+AGENT_ROUTER_KINDS = ",".join(
+    f"{kind}.aigateway.envoyproxy.io" for kind in ("aigatewayroutes", "aiservicebackends", "backendsecuritypolicies")
+)
+"""Agent Router's objects that carry its finalizer (each controller of v1.1.0 calls `handleFinalizer`)."""
 AGENT_ROUTER_CONTROLLER = ("envoy-ai-gateway-system", "ai-gateway-controller")
 STUCK_AFTER_SECONDS = 30.0
 
@@ -371,7 +374,7 @@ def destroy(
             result["output"] = engine.pulumi(
                 "destroy", "--stack", stack, "--yes", "--skip-preview", cwd=cwd, log_name=log_name, timeout=timeout
             )
-        except StepError as error:
+        except BaseException as error:  # a timeout too: the caller must not read a dead worker as success
             result["error"] = error
 
     began = time.monotonic()

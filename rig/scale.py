@@ -1,6 +1,6 @@
-"""A budget change at scale on the rig (`python -m rig scale --actors 10 10000`, on the deployed dev-kubernetes
-stack): how long from `pulumi up` to the first call that sees the new limit, and how long Envoy Gateway took to
-translate it.
+"""A budget change at scale on the rig (`python -m rig scale --actors 10 2000`, on the deployed dev-kubernetes
+stack; `--program --actors 10000` past what a stack file holds): how long from `pulumi up` to the first call that
+sees the new limit, and how long Envoy Gateway took to translate it.
 
 For each size the stack's actors become its own three (so that the rig can call as one of them) and synthetic
 service accounts up to the size, laid out as `make bench` lays them out (scripts/bench_program.py, "50 classes":
@@ -27,9 +27,8 @@ import yaml
 from agent_budgets.component import SECTION_FIELDS
 from core.config_size import config_env_bytes
 from core.validation import parse_settings
-from rig import actor_keys, lifecycle, program
+from rig import actor_keys, differential, lifecycle, program
 from rig.engine import Engine
-from rig.lifecycle import lowered_default
 from rig.node import Node
 from rig.processes import StepError, wait_until
 from tests.support.budgets import classes_layout
@@ -118,6 +117,7 @@ def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) 
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
+        differential.fresh_counters(node, program.STACK_NAMESPACE, [caller])  # each poll spends the mock's tokens
         status, limit = lifecycle.rate_limit_header(node, engine, stack, caller)
         seen.update(status=status, limit=limit)
         return limit if limit.split(",")[0].strip() == str(new) else None
@@ -204,6 +204,7 @@ def write_program(directory: Path, project: Path, venv: Path, sections: dict[str
 def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict[str, Any]:
     """On an emptied cluster: `stack`'s file with `size` actors, deployed by a Python program that reads its
     sections from a file; the budget change timed as `one_size` times it; destroyed."""
+    lifecycle.wait_namespaces_gone(node)  # the stack's namespaces are this program's too
     directory = engine.directory / "scale-program"
     overlay = program.overlay(node.layout, engine.by_hand)
     base = program_sections(engine.project / f"Pulumi.{stack}.yaml", overlay)
@@ -235,9 +236,9 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
     }
     evidence["up_seconds_from_nothing"] = up_seconds
     evidence["config_bytes_it_would_take_in_a_stack_file"] = config_env_bytes(
-        json.dumps({f"agent-budgets:{k}": json.dumps(v) for k, v in (("actors", actors), ("budgets", budgets))})
+        json.dumps({f"agent-budgets:{key}": json.dumps(value) for key, value in yaml_sections(sections).items()})
     )
-    settings = parse_settings({key: value for key, value in yaml_sections(sections).items()})
+    settings = parse_settings(yaml_sections(sections))
     evidence["keys_published"] = actor_keys.publish_keys_of(node, engine, settings)
     outputs = engine.outputs(PROGRAM_STACK, cwd=directory)
     url, host = program.gateway_address(node, outputs)
@@ -250,7 +251,7 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
         return status, headers.get("x-ratelimit-limit", "")
 
     wait_until(f"{warm} served at {size} actors", lambda: "200" if limit_seen(warm)[0] == 200 else None, 900)
-    changed, old, new = lowered_default(budgets)
+    changed, old, new = lifecycle.lowered_default(budgets)
     before = runner_seconds(metrics(node))
     (directory / "sections.json").write_text(json.dumps({**sections, "budgets": changed}), encoding="utf-8")
     began = time.monotonic()
@@ -268,6 +269,7 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
+        differential.fresh_counters(node, settings.gateway.namespace, [caller])
         status, limit = limit_seen(caller)
         seen.update(status=status, limit=limit)
         return limit if limit.split(",")[0].strip() == str(new) else None

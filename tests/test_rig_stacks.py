@@ -285,6 +285,10 @@ def test_redis_keys_are_judged_against_the_models_prediction():
         differential.judge_redis_keys(predicted, ["agents/actor-a"], {**live, "stray": 1})
     with pytest.raises(StepError, match="not in Redis"):
         differential.judge_redis_keys(predicted, ["agents/actor-a", "b"], live)
+    # Yesterday's counter of the same rule lives on until it expires: the model's too.
+    assert differential.judge_redis_keys(
+        predicted, ["agents/actor-a"], {**live, "d_rule-0_actor/agents/actor-a_-86400": 5}
+    )
 
 
 def test_the_spend_report_must_hold_every_live_counter_with_its_value():
@@ -297,6 +301,8 @@ def test_the_spend_report_must_hold_every_live_counter_with_its_value():
         differential.judge_spend_report(report, live)
     with pytest.raises(StepError, match="no row for"):
         differential.judge_spend_report({"rows": report["rows"][:1]}, live)
+    # A key of an earlier window is not the report's: only the current windows' keys must have a row.
+    assert differential.judge_spend_report({"rows": report["rows"][:1]}, {"k1": 30, "old": 9}, {"k1"})["rows"] == 1
 
 
 def test_every_actor_of_the_rig_stack_has_predicted_counters_and_pool_members_share_one():
