@@ -32,7 +32,7 @@ def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report, a
         "budgets": {**budgets, "classes": [*(budgets.get("classes") or []), money]},
     }
     with report(11) as v:
-        with stack_changes(env.stack, changes, env.settle_policy) as originals:
+        with stack_changes(env.stack, changes, env.settle_costs) as originals:
             v.note(f"stack config: prices = {json.dumps(changes['prices'])}; budgets.classes += {json.dumps(money)}")
             v.note(env.fresh_buckets())
             calls = env.run_calls(actor, admitted_calls(limit, per_call) + 1, charge_per_call=per_call)

@@ -198,6 +198,16 @@ class LiveEnv:
             )
         time.sleep(3.0)  # Envoy's part of the change (its routes' rate-limit actions) comes over its own xDS stream
 
+    def settle_costs(self) -> None:
+        """After `pulumi up` changed what a call costs (prices, a usd limit): the budget policy settled, then Agent
+        Router's processor given time to load its new filter configuration. The controller rewrites the Secret the
+        processor reads at once (3.3 s after `up` began on the rig, the kubelet's copy in the Envoy pod with it), but
+        the processor looks at that file every 5 s (envoyproxy/ai-gateway v1.1.0 cmd/extproc/mainlib/main.go
+        `startConfigWatcher(..., time.Second*5)`): a call before that is costed with the old configuration, and its
+        usd is charged nothing."""
+        self.settle_policy()
+        time.sleep(EXTPROC_CONFIG_TICK_SECONDS + 2.0)
+
     def settle_policies(self) -> None:
         """After `pulumi up` changed the SecurityPolicy too (suspensions): wait for it to be accepted as
         well, then settle the budget policy; Envoy gets both in the same xDS update."""
@@ -262,6 +272,10 @@ class LiveEnv:
             )
             self._redis_ready(timeout)
             self.restart_rate_limit(timeout)
+
+
+EXTPROC_CONFIG_TICK_SECONDS = 5.0
+"""How often Agent Router's processor re-reads its filter configuration (v1.1.0 cmd/extproc/mainlib/main.go)."""
 
 
 def listener_forward(env: LiveEnv, listener: str) -> PortForward:
