@@ -322,6 +322,21 @@ def failure(error: Exception) -> str:
     return str(error) if isinstance(error, StepError) else f"{type(error).__name__}: {error}"
 
 
+def verdict(key: str, name: str, action: Callable[[], Any], label: str) -> dict[str, Any]:
+    """One check of a command, timed: `{key: name, ok, evidence or error, seconds}`, said as `label: PASS|FAIL`.
+    Any exception is a verdict in the report, not a lost run."""
+    began = time.monotonic()
+    try:
+        result = {key: name, "ok": True, "evidence": action()}
+    except Exception as error:
+        result = {key: name, "ok": False, "error": failure(error)}
+    result["seconds"] = round(time.monotonic() - began, 1)
+    say(f"{label}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
+    if not result["ok"]:
+        say(f"  {result['error'][:800]}")
+    return result
+
+
 class DeployedRig:
     """The node and the engine `make rig` left up, as `python -m rig engine` and `python -m rig e2e` work on them:
     this process in the node's namespace, results added to that run's report."""
@@ -375,16 +390,9 @@ def engine_lifecycle(layout: Layout, only: Sequence[int] = ()) -> int:
         if only and index not in only:
             continue
         say(f"[{index}/{total}] {name} ...")
-        began = time.monotonic()
-        try:
-            result = {"step": name, "ok": True, "evidence": step(rig.node, rig.engine, rig.stack)}
-        except Exception as error:  # any failure is a verdict in the report, not a lost run
-            result = {"step": name, "ok": False, "error": failure(error)}
-        result["seconds"] = round(time.monotonic() - began, 1)
-        say(f"[{index}/{total}] {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
-        if not result["ok"]:
-            say(f"  {result['error'][:800]}")
-        results[name] = result
+        results[name] = verdict(
+            "step", name, lambda step=step: step(rig.node, rig.engine, rig.stack), f"[{index}/{total}] {name}"
+        )
         rig.record("engine", list(results.values()))
     say(f"report: {rig.latest / 'report.json'}")
     return 0 if all(result["ok"] for result in results.values()) else 1
@@ -397,18 +405,10 @@ def differential(layout: Layout) -> int:
     rig = DeployedRig.find(layout)
     if rig is None:
         return 1
-    results = []
-    for name, check in checks.CHECKS:
-        began = time.monotonic()
-        try:
-            result = {"check": name, "ok": True, "evidence": check(rig.node, rig.engine, rig.stack)}
-        except Exception as error:  # any failure is a verdict in the report, not a lost run
-            result = {"check": name, "ok": False, "error": failure(error)}
-        result["seconds"] = round(time.monotonic() - began, 1)
-        say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
-        if not result["ok"]:
-            say(f"    {result['error'][:800]}")
-        results.append(result)
+    results = [
+        verdict("check", name, lambda check=check: check(rig.node, rig.engine, rig.stack), f"  {name}")
+        for name, check in checks.CHECKS
+    ]
     rig.record("differential", results)
     return 0 if all(result["ok"] for result in results) else 1
 
@@ -421,18 +421,9 @@ def live(layout: Layout) -> int:
     if rig is None:
         return 1
     stack = live_checks.Stack(rig.node, rig.engine, rig.stack)
-    results = []
-    for name, check in live_checks.CHECKS:
-        began = time.monotonic()
-        try:
-            result = {"check": name, "ok": True, "evidence": check(stack)}
-        except Exception as error:  # any failure is a verdict in the report, not a lost run
-            result = {"check": name, "ok": False, "error": failure(error)}
-        result["seconds"] = round(time.monotonic() - began, 1)
-        say(f"  {name}: {'PASS' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
-        if not result["ok"]:
-            say(f"    {result['error'][:800]}")
-        results.append(result)
+    results = [
+        verdict("check", name, lambda check=check: check(stack), f"  {name}") for name, check in live_checks.CHECKS
+    ]
     rig.record("live", results)
     return 0 if all(result["ok"] for result in results) else 1
 

@@ -12,7 +12,6 @@ sections, the rig's overlay on top, as a user of the package would write them.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from core.validation import parse_settings
 from rig import actor_keys, program
 from rig.engine import Engine, preview_counts
 from rig.node import Node
-from rig.processes import StepError, wait_until
+from rig.processes import StepError
 
 PACKAGE_PROJECT = "agent-budgets-yaml"
 PACKAGE_STACK = "yaml"
@@ -91,25 +90,13 @@ def run(node: Node, engine: Engine, stack: str, overlay: dict[str, Any]) -> dict
     evidence["egress_on"] = {"preview": "failed", "error": refusal[0][:300]}
 
     write_program(directory, plugin, properties)
-    began = time.monotonic()
-    output = engine.pulumi(
-        "up", "--stack", PACKAGE_STACK, "--yes", "--skip-preview", cwd=directory, log_name="yaml-up", timeout=2400
-    )
-    evidence["up"] = {"seconds": round(time.monotonic() - began, 1), "resources": preview_counts(output)}
+    output, seconds = engine.up(PACKAGE_STACK, log_name="yaml-up", cwd=directory, timeout=2400)
+    evidence["up"] = {"seconds": seconds, "resources": preview_counts(output)}
     outputs = engine.outputs(PACKAGE_STACK, cwd=directory)
     url, host = program.gateway_address(node, outputs)
     actor = next(a for a in properties["actors"] if str(a).startswith("serviceaccount:"))
-    namespace, name = actor.split(":", 1)[1].split("/")
     evidence["published_keys"] = actor_keys.publish_keys_of(node, engine, parse_settings(properties))
-    token = program.service_account_token(node, namespace, name, "agent-router")
-    seen: dict[str, Any] = {}
-
-    def served() -> str | None:
-        status, body, _ = program.call(url, host, token)
-        seen.update(status=status, body=body[:160])
-        return "200" if status == 200 else None
-
-    wait_until(f"a call as {actor} through the YAML program's gateway", served, 180)
+    seen = program.served_as(node, url, host, actor, f"a call as {actor} through the YAML program's gateway")
     evidence["call"] = {"actor": actor, "gateway": outputs["gatewayUrl"], **seen}
     evidence["destroy"] = program.destroy(node, engine, PACKAGE_STACK, log_name="yaml-destroy", cwd=directory)
     engine.pulumi("stack", "rm", PACKAGE_STACK, "--yes", cwd=directory, log_name="yaml-destroy")

@@ -255,31 +255,33 @@ def budget_policy(node: Node, namespace: str) -> dict[str, Any]:
     return found[0]
 
 
+def actor_rules(policy: Mapping[str, Any], actor: str) -> list[Any]:
+    """The rules of the live budget policy that charge `actor`, as core/ratelimit_model.py reads them."""
+    rules = policy["spec"]["rateLimit"]["global"]["rules"]
+    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
+    return rules_for_actor(namespace, name, rules, actor_header_value(actor))
+
+
 def fresh_counters(node: Node, namespace: str, actors: list[str]) -> int:
     """The actors' counters of the current windows deleted (a check starts from fresh buckets, as tests/e2e does)."""
     policy = budget_policy(node, namespace)
-    rules = policy["spec"]["rateLimit"]["global"]["rules"]
     now = int(time.time())
-    keys = {
-        rule.counter_key(now)
-        for actor in actors
-        for rule in rules_for_actor(
-            policy["metadata"]["namespace"], policy["metadata"]["name"], rules, actor_header_value(actor)
-        )
-    }
-    return delete_counters(node, sorted(keys))
+    return delete_counters(
+        node, sorted({rule.counter_key(now) for actor in actors for rule in actor_rules(policy, actor)})
+    )
+
+
+def caller_token(node: Node, engine: Engine, settings: Any, actor: str) -> str:
+    """A JWT for a Substrate actor (signed by the rig's key) or a service account (from the TokenRequest API)."""
+    if actor_source(actor) == SUBSTRATE:
+        return actor_keys.actor_token(engine, settings, actor)
+    namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
+    return program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
 
 
 def predicted_keys(settings: Any, policy: Mapping[str, Any], now: int) -> dict[str, list[str]]:
     """Each listed actor's counter keys at `now`, as core/ratelimit_model.py reads the live policy."""
-    rules = policy["spec"]["rateLimit"]["global"]["rules"]
-    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
-    return {
-        actor: sorted(
-            rule.counter_key(now) for rule in rules_for_actor(namespace, name, rules, actor_header_value(actor))
-        )
-        for actor in settings.actors
-    }
+    return {actor: sorted(rule.counter_key(now) for rule in actor_rules(policy, actor)) for actor in settings.actors}
 
 
 def window_free(counter_key: str) -> str:
@@ -336,12 +338,7 @@ def one_call_each(node: Node, engine: Engine, stack: str, settings: Any) -> dict
             status, _, _ = program.call(url, host, None, headers={"x-api-key": key})
         else:
             url, host = program.gateway_address(node, outputs)
-            if source == SUBSTRATE:
-                token = actor_keys.actor_token(engine, settings, actor)
-            else:
-                namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
-                token = program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
-            status, _, _ = program.call(url, host, token)
+            status, _, _ = program.call(url, host, caller_token(node, engine, settings, actor))
         statuses[actor] = status
     return statuses
 

@@ -91,7 +91,7 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     creates = sorted(name for op, name in steps if op == "create" and name.startswith("egress-shard-"))
     if creates != sorted(shard_resource_name(index) for index in wanted):
         raise StepError(f"egress on previews {steps}, not a create of shards {wanted}")
-    engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-egress-on")
+    engine.up(stack, log_name=f"{stack}-up-egress-on")
     policies = fake.policies(server)
     if sorted(policies) != sorted(substrate_actors):
         raise StepError(f"the fake holds policies for {sorted(policies)}, not for {substrate_actors}")
@@ -123,7 +123,7 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     if "actors" not in block or "policies" in block:
         raise StepError(f"the shard's diff shows the guards or not the actor: {block[:800]}")
     fake.clear_calls()
-    engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-egress-add")
+    engine.up(stack, log_name=f"{stack}-up-egress-add")
     verbs = fake.verbs()
     if verbs != ["create"] or added not in fake.policies(server):
         raise StepError(f"adding {added} ran {verbs}, not one create of its policy")

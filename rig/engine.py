@@ -148,6 +148,15 @@ class Engine:
             raise StepError(f"pulumi {' '.join(args)} exited {result.returncode}:\n{tail}")
         return result.stdout
 
+    def up(self, stack: str, log_name: str, cwd: Path | None = None, timeout: float = 3600) -> tuple[str, float]:
+        """`pulumi up --yes --skip-preview` of `stack` (in `cwd`, another program's directory): its output and the
+        seconds it took."""
+        began = time.monotonic()
+        output = self.pulumi(
+            "up", "--stack", stack, "--yes", "--skip-preview", log_name=log_name, cwd=cwd, timeout=timeout
+        )
+        return output, round(time.monotonic() - began, 1)
+
     # --- setting up ---
 
     def install(self) -> dict[str, Any]:

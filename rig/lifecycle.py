@@ -112,7 +112,7 @@ def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     if len(changes) != 1 or changes[0][0] != "update" or ":BackendTrafficPolicy::" not in changes[0][1]:
         raise StepError(f"a budget change previews as {changes}, not one update of the BackendTrafficPolicy")
     began = time.monotonic()
-    engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-budget")
+    engine.up(stack, log_name=f"{stack}-up-budget")
     applied = round(time.monotonic() - began, 1)
     seen: dict[str, Any] = {}
 
@@ -146,7 +146,7 @@ def add_service_account(node: Node, engine: Engine, stack: str) -> dict[str, Any
     engine.overlay(stack, {"agent-budgets:actors": [*actors, added]})
     changes = preview_changes(engine, stack, "actor")
     began = time.monotonic()
-    engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-actor")
+    engine.up(stack, log_name=f"{stack}-up-actor")
     seen: dict[str, Any] = {}
 
     def admitted() -> str | None:

@@ -25,8 +25,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from core.identity import SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_header_value, actor_source
-from core.ratelimit_model import rules_for_actor
 from rig import actor_keys, differential, program
 from rig.engine import Engine
 from rig.node import Node
@@ -43,40 +41,21 @@ class Stack:
         self.settings = actor_keys.stack_settings(engine, stack)
         self.outputs = engine.outputs(stack)
         self.url, self.host = program.gateway_address(node, self.outputs)
-        policies = json.loads(
-            node.kubectl("get", "backendtrafficpolicies", "-n", self.settings.gateway.namespace, "-o", "json")
-        )["items"]
-        [self.policy] = [p for p in policies if (p["spec"].get("rateLimit") or {}).get("global")]
+        self.policy = differential.budget_policy(node, self.settings.gateway.namespace)
 
     def fresh(self, *actors: str) -> int:
         """The actors' counters deleted, so that a check starts from fresh buckets (as tests/e2e does)."""
-        now = int(time.time())
-        rules = self.policy["spec"]["rateLimit"]["global"]["rules"]
-        namespace, name = self.policy["metadata"]["namespace"], self.policy["metadata"]["name"]
-        keys = sorted(
-            {
-                rule.counter_key(now)
-                for actor in actors
-                for rule in rules_for_actor(namespace, name, rules, actor_header_value(actor))
-            }
-        )
-        return differential.delete_counters(self.node, keys)
+        return differential.fresh_counters(self.node, self.settings.gateway.namespace, list(actors))
 
     def token(self, actor: str) -> str:
-        if actor_source(actor) == SUBSTRATE:
-            return actor_keys.actor_token(self.engine, self.settings, actor)
-        namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
-        return program.service_account_token(self.node, namespace, name, self.settings.identity.kubernetes.audience)
+        return differential.caller_token(self.node, self.engine, self.settings, actor)
 
     def counters(self, actor: str) -> dict[str, int]:
         """The actor's counters by rule index (0 where the window has none yet)."""
         now = int(time.time())
         live = differential.redis_counters(self.node)
-        rules = self.policy["spec"]["rateLimit"]["global"]["rules"]
-        namespace, name = self.policy["metadata"]["namespace"], self.policy["metadata"]["name"]
         return {
-            str(rule.index): live.get(rule.counter_key(now), 0)
-            for rule in rules_for_actor(namespace, name, rules, actor_header_value(actor))
+            str(rule.index): live.get(rule.counter_key(now), 0) for rule in differential.actor_rules(self.policy, actor)
         }
 
     def rule_of(self, budget: str, unit: str) -> int:

@@ -18,7 +18,6 @@ import io
 import json
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from core.validation import parse_settings
 from rig import actor_keys, cache, program
 from rig.engine import Engine, preview_counts
 from rig.node import Node
-from rig.processes import StepError, wait_until
+from rig.processes import StepError
 from tools.spend.stack import load_stack
 
 MOVE_STACK = "move"
@@ -213,9 +212,8 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     document["config"].update(old_overlay(overlay))
     old_file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     engine.pulumi("stack", "select", "--create", MOVE_STACK, cwd=old, log_name="move-init")
-    began = time.monotonic()
-    output = engine.pulumi("up", "--stack", MOVE_STACK, "--yes", "--skip-preview", cwd=old, log_name="move-old-up")
-    evidence["old_up"] = {"seconds": round(time.monotonic() - began, 1), "resources": preview_counts(output)}
+    output, seconds = engine.up(MOVE_STACK, log_name="move-old-up", cwd=old)
+    evidence["old_up"] = {"seconds": seconds, "resources": preview_counts(output)}
     evidence["keys_published"] = actor_keys.publish_keys_of(
         node, engine, parse_settings(load_stack(old, MOVE_STACK).raw)
     )
@@ -232,28 +230,15 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         problems = judge(changes)
         if problems:
             raise StepError(f"{name}: the upgrade would {'; '.join(problems[:10])}")
-        began = time.monotonic()
-        output = engine.pulumi(
-            "up", "--stack", MOVE_STACK, "--yes", "--skip-preview", cwd=directory, log_name=f"{name}-up"
-        )
-        seen["up"] = {"seconds": round(time.monotonic() - began, 1), "resources": preview_counts(output)}
+        output, seconds = engine.up(MOVE_STACK, log_name=f"{name}-up", cwd=directory)
+        seen["up"] = {"seconds": seconds, "resources": preview_counts(output)}
     engine.pulumi("preview", "--stack", MOVE_STACK, "--expect-no-changes", log_name="move-no-changes")
     evidence["after_upgrade"] = "preview --expect-no-changes passed"
     url, host = program.gateway_address(node, engine.outputs(MOVE_STACK))
     actor = next(
         a for a in yaml.safe_load(today_file.read_text())["config"]["agent-budgets:actors"] if a.startswith("service")
     )
-    namespace, name = actor.split(":", 1)[1].split("/")
-    token = program.service_account_token(node, namespace, name, "agent-router")
-    seen_call: dict[str, Any] = {}
-
-    def served() -> str | None:
-        status, body, _ = program.call(url, host, token)
-        seen_call.update(status=status, body=body[:160])
-        return "200" if status == 200 else None
-
-    wait_until(f"a call as {actor} after the upgrade", served, 180)
-    evidence["call_after_upgrade"] = seen_call
+    evidence["call_after_upgrade"] = program.served_as(node, url, host, actor, f"a call as {actor} after the upgrade")
 
     evidence["destroy"] = program.destroy(node, engine, MOVE_STACK, log_name="move-destroy")
     engine.pulumi("stack", "rm", MOVE_STACK, "--yes", log_name="move-destroy")

@@ -228,6 +228,22 @@ def gateway_address(node: Node, outputs: Mapping[str, Any], output: str = "gatew
     return f"http://{cluster_ip}:{port or 80}/v1/chat/completions", host
 
 
+def served_as(node: Node, url: str, host: str, actor: str, what: str, timeout: float = 180) -> dict[str, Any]:
+    """Calls as the service account `actor` (a token from the TokenRequest API, the gateway's audience) until one is
+    answered 200; that call's status and the start of its body."""
+    namespace, name = actor.removeprefix("serviceaccount:").split("/")
+    token = service_account_token(node, namespace, name, "agent-router")
+    seen: dict[str, Any] = {}
+
+    def served() -> str | None:
+        status, body, _ = call(url, host, token)
+        seen.update(status=status, body=body[:300])
+        return "200" if status == 200 else None
+
+    wait_until(what, served, timeout)
+    return seen
+
+
 def service_account_token(node: Node, namespace: str, name: str, audience: str) -> str:
     """A token from the API server's TokenRequest, as a projected volume would hold it."""
     node.apply(
@@ -280,15 +296,7 @@ def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     if not actors:
         raise StepError(f"stack {stack} lists no serviceaccount: actor to call as")
     actor = actors[0]
-    namespace, name = actor.split(":", 1)[1].split("/")
-    token = service_account_token(node, namespace, name, "agent-router")
-
-    def answered() -> str | None:
-        status, body, _ = call(url, host, token)
-        evidence["with_token"] = {"status": status, "body": body[:300]}
-        return "200" if status == 200 else None
-
-    wait_until(f"a call as {actor} through {url}", answered, 120)
+    evidence["with_token"] = served_as(node, url, host, actor, f"a call as {actor} through {url}", 120)
     settings = actor_keys.stack_settings(engine, stack)
     if SUBSTRATE in settings.identity.sources:
         evidence["substrate"] = substrate_calls(engine, settings, url, host)
@@ -330,7 +338,7 @@ def deploy(node: Node, engine: Engine, by_hand: ByHand, stack: str) -> dict[str,
     """The stack from nothing with the real engine: stack init in the project copy, the overlay, `pulumi up`."""
     engine.overlay(stack, overlay(node.layout, by_hand))
     engine.pulumi("stack", "init", stack, log_name=f"{stack}-init")
-    output = engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up", timeout=2400)
+    output, _ = engine.up(stack, log_name=f"{stack}-up", timeout=2400)
     return {"stack": stack, "resources": preview_counts(output)}
 
 

@@ -94,12 +94,10 @@ def metrics(node: Node) -> str:
 
 def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) -> dict[str, Any]:
     actors, budgets, suspended = layout(own, size, run=f"{int(time.time()) % 100_000:05d}")
-    began = time.monotonic()
     engine.overlay(
         stack, {"agent-budgets:actors": actors, "agent-budgets:budgets": budgets, "agent-budgets:suspended": suspended}
     )
-    engine.pulumi("up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-scale-{size}", timeout=3600)
-    up_seconds = round(time.monotonic() - began, 1)
+    _, up_seconds = engine.up(stack, log_name=f"{stack}-up-scale-{size}")
     warm, caller = default_callers(actors, budgets, suspended)
     wait_until(
         f"{caller} served at {size} actors",
@@ -110,10 +108,7 @@ def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) 
     before = runner_seconds(metrics(node))
     engine.overlay(stack, {"agent-budgets:budgets": changed})
     began = time.monotonic()
-    engine.pulumi(
-        "up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-scale-{size}-budget", timeout=3600
-    )
-    applied = round(time.monotonic() - began, 1)
+    _, applied = engine.up(stack, log_name=f"{stack}-up-scale-{size}-budget")
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
@@ -150,9 +145,7 @@ def run(node: Node, engine: Engine, stack: str, sizes: list[int]) -> list[dict[s
         return [one_size(node, engine, stack, own, size) for size in sizes]
     finally:
         path.write_text(original, encoding="utf-8")
-        engine.pulumi(
-            "up", "--stack", stack, "--yes", "--skip-preview", log_name=f"{stack}-up-scale-restore", timeout=3600
-        )
+        engine.up(stack, log_name=f"{stack}-up-scale-restore")
 
 
 # --- past what a stack file holds: a Python program building AgentBudgets from a file ---------------------------
@@ -216,18 +209,7 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
     sections["platform"] = {**sections.get("platform", {}), "extensionMessageLimit": PROGRAM_MESSAGE_LIMIT}
     write_program(directory, engine.project, engine.project_root / "venv", sections)
     engine.pulumi("stack", "select", "--create", PROGRAM_STACK, cwd=directory, log_name="scale-program-init")
-    began = time.monotonic()
-    engine.pulumi(
-        "up",
-        "--stack",
-        PROGRAM_STACK,
-        "--yes",
-        "--skip-preview",
-        cwd=directory,
-        log_name="scale-program-up",
-        timeout=3600,
-    )
-    up_seconds = round(time.monotonic() - began, 1)
+    _, up_seconds = engine.up(PROGRAM_STACK, log_name="scale-program-up", cwd=directory)
     evidence: dict[str, Any] = {
         "actors": len(actors),
         "classes": len(budgets["classes"]),
@@ -255,17 +237,7 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
     before = runner_seconds(metrics(node))
     (directory / "sections.json").write_text(json.dumps({**sections, "budgets": changed}), encoding="utf-8")
     began = time.monotonic()
-    engine.pulumi(
-        "up",
-        "--stack",
-        PROGRAM_STACK,
-        "--yes",
-        "--skip-preview",
-        cwd=directory,
-        log_name="scale-program-budget",
-        timeout=3600,
-    )
-    applied = round(time.monotonic() - began, 1)
+    _, applied = engine.up(PROGRAM_STACK, log_name="scale-program-budget", cwd=directory)
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
