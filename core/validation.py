@@ -346,6 +346,14 @@ def message_estimate(
     )
 
 
+def settings_message_estimate(settings: StackSettings) -> xds_size.MessageEstimate:
+    """The extension-server message of settings already parsed (a deployed stack's file), its rules compiled the
+    way `validate_stack` compiles them."""
+    policy = settings.budget_policy
+    rules = compile_budget_rules(settings.budgets, policy.exclusion_slots, policy.limit_slots, policy.class_slots)
+    return stack_message_estimate(ValidatedStack(settings, rules))
+
+
 def stack_message_estimate(stack: ValidatedStack) -> xds_size.MessageEstimate:
     """The extension-server message of a validated stack, as its validation computed it (`message_estimate`)."""
     settings = stack.settings

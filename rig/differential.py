@@ -16,7 +16,10 @@ trusts, each read live from the rig's cluster. A model that disagrees is wrong (
    spend` prints) holding the same keys with the same values;
 5. each Envoy route's rate-limit configuration (its `typed_per_filter_config` entry for the budget policy's
    domain, serialized with the real protos from what `/config_dump` shows) against `core/xds_size.py`
-   `rate_limit_domains` of the live policy, byte for byte.
+   `rate_limit_domains` of the live policy, byte for byte;
+6. Envoy Gateway's whole message to Agent Router's extension server (one translation, through a pass-through tap,
+   rig/extension_message.py) against `core/xds_size.py`'s estimate: its exact terms byte for byte on every route,
+   its allowances as bounds, the request and Agent Router's response each within the estimate.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from core.ratelimit_model import rules_for_actor
 from core.xds_size import RATE_LIMIT_FILTER, rate_limit_domains
 from rig import actor_keys, program
 from rig.engine import Engine
+from rig.extension_message import extension_message_check
 from rig.node import Node
 from rig.processes import StepError
 from tests.support.agent_router_routes import envoy_gateway_objects
@@ -418,4 +422,8 @@ CHECKS: list[tuple[str, Callable[[Node, Engine, str], dict[str, Any]]]] = [
     ),
     ("every Redis key is core/ratelimit_model.py's, and make spend --json reads the same", redis_keys_check),
     ("each route's rate-limit configuration is core/xds_size.py's, byte for byte", xds_size_check),
+    (
+        "Envoy Gateway's message to Agent Router is within core/xds_size.py's estimate, its exact terms exact",
+        extension_message_check,
+    ),
 ]

@@ -100,8 +100,10 @@ class Node:
         text = yaml.safe_dump_all([dict(document) for document in documents], sort_keys=False)
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input_text=text)
 
-    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> processes.Started:
-        started = processes.start(name, argv, self.logs, self.layout.pids, env=env)
+    def start(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> processes.Started:
+        started = processes.start(name, argv, self.logs, self.layout.pids, env=env, cwd=cwd)
         self.started[name] = started
         return started
 

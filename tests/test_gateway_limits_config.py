@@ -206,3 +206,13 @@ def test_without_a_private_ca_or_sentinel_auth_nothing_extra_is_mounted():
     names = [item["name"] for item in pv.ratelimit_container_env(stack.redis)]
     assert names == ["REDIS_AUTH", "REDIS_TLS"]
     assert "pod" not in pv.envoy_gateway_config(stack)["provider"]["kubernetes"]["rateLimitDeployment"]
+
+
+def test_parsed_settings_estimate_the_message_their_validation_computed():
+    """rig/extension_message.py judges a deployed stack against the estimate of its file's settings alone."""
+    from core.validation import parse_settings, settings_message_estimate
+
+    raw = {**_config(), "platform": {"extensionMessageLimit": "512Mi"}}
+    estimate = settings_message_estimate(parse_settings(raw))
+    assert estimate == stack_message_estimate(_validate(raw))
+    assert estimate.layout.model_routes == 60 and estimate.rate_limit_bytes_per_route > 10_000
