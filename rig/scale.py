@@ -10,7 +10,8 @@ and applied, and a service account under the default budget calls until its `x-r
 limit. Envoy Gateway's own figure is the growth of its `watchable_subscribe_duration_seconds` histogram (the time
 each runner spent on the updates it received: envoyproxy/gateway v1.9.0 internal/message/metrics.go, on the
 `envoy-gateway` Service's metrics port 19001) over the change, for the `gateway-api` runner (the translation
-to the intermediate representation) and the `xds-translator` runner (to Envoy's configuration).
+to the intermediate representation) and the `xds-translator` runner (to Envoy's configuration). Then Envoy
+Gateway's message to Agent Router at that size is measured against `core/xds_size.py` (rig/extension_message.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from core.config_size import config_env_bytes
 from core.validation import parse_settings
 from rig import actor_keys, differential, lifecycle, program
 from rig.engine import Engine
+from rig.extension_message import extension_message_check
 from rig.node import Node
 from rig.processes import StepError, wait_until
 from tests.support.budgets import classes_layout
@@ -120,6 +122,7 @@ def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) 
     wait_until(f"a call limited by {new} at {size} actors", limited_by_new, 900, interval=0.5)
     first_call = round(time.monotonic() - began, 1)
     time.sleep(5)  # the runners' last updates of this change
+    runners = growth(before, runner_seconds(metrics(node)))
     return {
         "actors": len(actors),
         "classes": len(budgets["classes"]),
@@ -129,7 +132,10 @@ def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) 
         "up_seconds_of_the_change": applied,
         "seconds_from_up_to_the_first_call_with_the_new_limit": first_call,
         "call": seen,
-        "envoy_gateway_runners": growth(before, runner_seconds(metrics(node))),
+        "envoy_gateway_runners": runners,
+        # The message of this size against the model (rig diff's sixth check): it restarts Envoy Gateway, so after
+        # the runners' figures.
+        "extension_message": extension_message_check(node, engine, stack),
     }
 
 

@@ -2568,3 +2568,24 @@ def test_the_sustained_rate_is_the_busiest_level_whose_p95_has_not_doubled():
     assert lines[0] == "concurrency  1: 400 calls in 20.0 s = 20.0 calls/s, median 5.00 ms, p95 10.00 ms"
     assert lines[-1].startswith("sustained before p95 doubles: 44.4 calls/s at concurrency 4")
     assert sustained([]) is None
+
+
+def test_the_processor_s_first_reload_after_pulumi_up_began_is_read_from_its_log():
+    """Lines as Agent Router v1.1.0's processor logged them on the rig (slog's text handler)."""
+    from datetime import datetime
+
+    from tests.e2e.e2elib.env import first_reload_after
+
+    log = "\n".join(
+        [
+            'time=2026-12-02T14:01:58.627Z level=INFO msg="loading a new bundled config"',
+            'time=2026-12-02T14:20:03.100Z level=INFO msg="processing request" path=/v1/chat/completions',
+            'time=2026-12-02T14:20:05.250Z level=INFO msg="loading a new config" path=/etc/filter-config/config.yaml',
+            'time=2026-12-02T14:20:10.250Z level=INFO msg="loading a new bundled config"',
+        ]
+    )
+    began = datetime.fromisoformat("2026-12-02T14:20:00Z").timestamp()
+    assert first_reload_after(log, began) == began + 5.25
+    assert first_reload_after(log, began + 6) == began + 10.25
+    assert first_reload_after(log, began + 11) is None
+    assert first_reload_after('level=INFO msg="loading a new config"', 0.0) is None  # no time: not a reload line

@@ -24,6 +24,9 @@ import contextlib
 import copy
 import dataclasses
 import json
+import re
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import celpy
@@ -106,6 +109,7 @@ class ProgramStack:
         self.deploy(config)
 
     def deploy(self, config: dict[str, Any]) -> None:
+        self.deployed_at = time.time()  # when the processor's new filter configuration is there to load
         validated = validate_stack(config, lambda key: (True, True))
         self.settings = validated.settings
         self.specs = validated.rules.specs()
@@ -161,6 +165,14 @@ class ProgramStack:
     def kubectl(self, argv, stdin):
         if "secret" in argv:
             return 0, base64.b64encode(PASSWORD.encode()).decode()
+        # The Envoy pod's Agent Router processor, as check 11's settle_costs reads it (Agent Router v1.1.0's line).
+        if "logs" in argv and "ai-gateway-extproc" in argv:
+            at = datetime.fromtimestamp(self.deployed_at + 0.001, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+            return 0, f'time={at}Z level=INFO msg="loading a new bundled config" path=/etc/filter-config-bundle'
+        if "get" in argv and "service" in argv:
+            return 0, json.dumps({"spec": {"selector": {"app.kubernetes.io/name": "envoy"}}})
+        if "get" in argv and "pods" in argv:
+            return 0, json.dumps({"items": [{"metadata": {"name": "envoy-agent-budgets-0"}}]})
         at = argv.index("-c")
         mode, patterns = argv[at + 3], argv[at + 4 :]
         lines = []
@@ -378,3 +390,14 @@ def test_judges_fail_on_what_they_guard():
     calls = [ok] * 4 + [Call(status=429)]
     checks.judge_windows(windows, "c", "actor/agents/actor-b", calls, (2, 600), (3, 600), 200, {2: 800, 3: 800})
     assert windows.failures == ["the larger window is over too (800 > 600): the check proves nothing"]
+
+
+def test_check_11_waits_for_every_processor_to_load_the_new_prices(tmp_path, monkeypatch, capsys):
+    """settle_costs reads the reload from the processor's log instead of sleeping past its reload period."""
+    env = program_env(tmp_path)
+    verdict, printed = run_check(USD, env, monkeypatch)
+    assert verdict.failures == [], printed
+    out = capsys.readouterr().out
+    seen = re.findall(r"processor loaded its new filter configuration envoy-agent-budgets-0 (\d+\.\d) s after", out)
+    assert len(seen) == 2, out  # the change, and the restore
+    assert "waiting" not in out

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from core.manifests import API_KEY_LISTENER, JWT_LISTENER
@@ -26,6 +28,32 @@ from .stack import StackConfig, preflight, probe_service, probes_problem
 
 PROBE_PORT = 8080
 """The probe agent's port (probe/probe_agent.py, and its Service in scripts/dev_agents.py)."""
+
+
+EXTPROC_CONFIG_TICK_SECONDS = 5.0
+"""How often Agent Router's processor re-reads its filter configuration (v1.1.0 cmd/extproc/mainlib/main.go)."""
+EXTPROC_CONTAINER = "ai-gateway-extproc"
+"""The processor's container in each Envoy pod (Agent Router's webhook adds it)."""
+EXTPROC_RELOAD = re.compile(r'^time=(?P<time>\S+) .*\bmsg="(?P<msg>loading a new (?:bundled )?config)"')
+"""The processor's line as it starts loading a changed filter configuration (slog's text handler): `loading a new
+config` from the single-file watcher, `loading a new bundled config` from the bundle watcher, which the controller
+picks when the bundle Secret exists as the pod is made (envoyproxy/ai-gateway v1.1.0 internal/filterapi/watcher.go,
+internal/controller/gateway_mutator.go `-configBundlePath`; the rig's processors run the bundle watcher)."""
+
+
+def first_reload_after(log_text: str, began: float) -> float | None:
+    """The epoch time of the processor's first reload line at or after `began` in its log, or None."""
+    for line in log_text.splitlines():
+        match = EXTPROC_RELOAD.match(line.strip())
+        if match is None:
+            continue
+        try:
+            at = datetime.fromisoformat(match["time"]).timestamp()
+        except ValueError:
+            continue
+        if at >= began:
+            return at
+    return None
 
 
 class StackUnavailableError(RuntimeError):
@@ -199,14 +227,56 @@ class LiveEnv:
         time.sleep(3.0)  # Envoy's part of the change (its routes' rate-limit actions) comes over its own xDS stream
 
     def settle_costs(self) -> None:
-        """After `pulumi up` changed what a call costs (prices, a usd limit): the budget policy settled, then Agent
-        Router's processor given time to load its new filter configuration. The controller rewrites the Secret the
-        processor reads at once (3.3 s after `up` began on the rig, the kubelet's copy in the Envoy pod with it), but
-        the processor looks at that file every 5 s (envoyproxy/ai-gateway v1.1.0 cmd/extproc/mainlib/main.go
-        `startConfigWatcher(..., time.Second*5)`): a call before that is costed with the old configuration, and its
-        usd is charged nothing."""
+        """After `pulumi up` changed what a call costs (prices, a usd limit): the budget policy settled, then every
+        Envoy pod's Agent Router processor seen loading its new filter configuration. The controller rewrites the
+        Secret the processor reads at once (3.3 s after `up` began on the rig, the kubelet's copy in the Envoy pod
+        with it), but the processor looks at that file every 5 s (envoyproxy/ai-gateway v1.1.0
+        cmd/extproc/mainlib/main.go `startConfigWatcher(..., time.Second*5)`): a call before that is costed with the
+        old configuration, and its usd is charged nothing. A processor that logs no reload line (another release)
+        is given longer than its reload period instead."""
         self.settle_policy()
-        time.sleep(EXTPROC_CONFIG_TICK_SECONDS + 2.0)
+        began = self.stack.last_up_began
+        reloads = None if began is None else self.wait_extproc_reloads(began)
+        if reloads is None:
+            print(
+                f"not every Envoy pod's {EXTPROC_CONTAINER} logged a reload of its filter configuration since pulumi "
+                "up began; "
+                f"waiting {EXTPROC_CONFIG_TICK_SECONDS + 2.0:g} s, longer than its reload period, instead"
+            )
+            time.sleep(EXTPROC_CONFIG_TICK_SECONDS + 2.0)
+            return
+        print(
+            "Agent Router's processor loaded its new filter configuration "
+            + ", ".join(f"{pod} {seconds:.1f} s" for pod, seconds in sorted(reloads.items()))
+            + " after pulumi up began"
+        )
+
+    def wait_extproc_reloads(
+        self, began: float, timeout: float = 4 * EXTPROC_CONFIG_TICK_SECONDS
+    ) -> dict[str, float] | None:
+        """Every running Envoy pod's processor's first reload since `began` (epoch seconds) -> seconds after it, from
+        its log (`EXTPROC_RELOAD`, logged as it reads the changed file); None when some pod logs none within
+        `timeout`."""
+        s = self.settings
+        selector = self.kube.service_pods_selector(s.gateway_namespace, s.gateway_service)
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = self.kube.json("-n", s.gateway_namespace, "get", "pods", "-l", selector, timeout=20)["items"]
+            names = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp") is None]
+            reloads: dict[str, float] = {}
+            for name in names:
+                since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began - 1))
+                result = self.kube.run(
+                    "-n", s.gateway_namespace, "logs", name, "-c", EXTPROC_CONTAINER, f"--since-time={since}"
+                )
+                first = first_reload_after(result.stdout if result.returncode == 0 else "", began)
+                if first is not None:
+                    reloads[name] = first - began
+            if names and len(reloads) == len(names):
+                return reloads
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(1.0)
 
     def settle_policies(self) -> None:
         """After `pulumi up` changed the SecurityPolicy too (suspensions): wait for it to be accepted as
@@ -272,10 +342,6 @@ class LiveEnv:
             )
             self._redis_ready(timeout)
             self.restart_rate_limit(timeout)
-
-
-EXTPROC_CONFIG_TICK_SECONDS = 5.0
-"""How often Agent Router's processor re-reads its filter configuration (v1.1.0 cmd/extproc/mainlib/main.go)."""
 
 
 def listener_forward(env: LiveEnv, listener: str) -> PortForward:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -155,6 +156,8 @@ class StackConfig:
         self.settings = settings
         self.env = pulumi_env(settings, os.environ if environ is None else environ)
         self.stack_file = settings.root / f"Pulumi.{settings.pulumi_stack}.yaml"
+        self.last_up_began: float | None = None
+        """When the last `up` began (epoch seconds): what a settle step counts a change's effects from."""
 
     def pulumi(self, *args: str, timeout: float = 120.0) -> Result:
         argv = ["pulumi", *args, "--stack", self.settings.pulumi_stack, "--non-interactive"]
@@ -197,6 +200,7 @@ class StackConfig:
             )
 
     def up(self) -> None:
+        self.last_up_began = time.time()
         check(self.pulumi("up", "--yes", "--skip-preview", timeout=1800.0), "pulumi up")
 
     # Any top-level key (prices, suspended, budgetPolicy, ...), not only budgets.
