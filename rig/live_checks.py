@@ -11,7 +11,12 @@ the mock model received.
 3. 32 concurrent calls at the edge of a budget: with a calls limit (the class `large`) no more calls are admitted
    than it leaves and the tokens stay within the stack output `worstCase`; without one (the default budget, which
    `worstCase` calls unbounded) the calls in flight before the first charges land are admitted, and the overshoot
-   is measured.
+   is measured;
+4. a price change reaches the usd charge when Agent Router's processor loads it: `pulumi up` with new prices, and
+   calls from the moment it begins (each from fresh counters), each call's usd charge read from Redis and held to
+   the old or the new prices (core/money.py `call_cost_mills` of the usage the mock reported); every call charged
+   the new prices must end after the processor logged its reload (tests/e2e/e2elib/env.py `first_reload_after`),
+   every call charged the old ones must begin before it.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
+from core.money import Usage, call_cost_mills
 from rig import actor_keys, differential, program
 from rig.engine import Engine
 from rig.node import Node
 from rig.processes import StepError
+from tests.e2e.e2elib.env import EXTPROC_CONTAINER, first_reload_after
 
 CONCURRENT_CALLS = 32
 
@@ -247,8 +255,125 @@ def concurrency(stack: Stack) -> dict[str, Any]:
     }
 
 
+PRICED_MODEL = "mock-small"
+PRICE_FACTOR = 50
+"""The new prices: the old ones times this, so that the two charges of a mock call differ by many mills."""
+PRICE_WATCH_SECONDS = 30.0
+
+
+def envoy_pods(node: Node) -> list[str]:
+    out = node.kubectl(
+        "get", "pods", "-n", differential.GATEWAY_NAMESPACE, "-l", "gateway.envoyproxy.io/owning-gateway-name",
+        "-o", "json",
+    )  # fmt: skip
+    return [p["metadata"]["name"] for p in json.loads(out)["items"] if p["metadata"].get("deletionTimestamp") is None]
+
+
+def processor_reloads(node: Node, began: float) -> dict[str, float | None]:
+    """Each Envoy pod's processor's first reload of its filter configuration since `began` (epoch seconds)."""
+    since = datetime.fromtimestamp(began - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        pod: first_reload_after(
+            node.kubectl(
+                "logs", "-n", differential.GATEWAY_NAMESPACE, pod, "-c", EXTPROC_CONTAINER, f"--since-time={since}"
+            ),
+            began,
+        )
+        for pod in envoy_pods(node)
+    }  # fmt: skip
+
+
+def judge_price_switch(calls: list[dict[str, Any]], old: int, new: int, reload_at: float) -> None:
+    """Each call charged the old or the new mills; those charged the new ended after the reload, those charged the
+    old began before it (the processor computes the cost as the response passes through it)."""
+    wrong = [c for c in calls if c["mills"] not in (old, new)]
+    if wrong:
+        raise StepError(f"calls charged neither {old} nor {new} mills: {wrong[:3]}")
+    late_old = [c for c in calls if c["mills"] == old and c["began"] > reload_at]
+    early_new = [c for c in calls if c["mills"] == new and c["ended"] < reload_at]
+    if late_old or early_new:
+        raise StepError(
+            f"the processor reloaded {reload_at:.2f} s after up began, but calls began after it were charged the "
+            f"old prices ({late_old[:2]}) or ended before it the new ones ({early_new[:2]})"
+        )
+    if not any(c["mills"] == new for c in calls):
+        raise StepError(f"no call in {PRICE_WATCH_SECONDS:g} s was charged the new prices ({new} mills)")
+
+
+def _number(value: Any) -> int | float:
+    """A price for a stack file: an integer when it is one."""
+    return int(value) if value == int(value) else float(value)
+
+
+def price_change(stack: Stack) -> dict[str, Any]:
+    actor = "agents/actor-a"
+    usd_rule = str(stack.rule_of("default", "usd"))
+    token = stack.token(actor)
+    prices = stack.settings.prices
+    if PRICED_MODEL not in prices:
+        raise StepError(f"stack {stack.stack} has no price for {PRICED_MODEL}")
+    old_price = prices[PRICED_MODEL]
+    new_entry = {name: _number(getattr(old_price, name) * PRICE_FACTOR) for name in ("input", "output")}
+    new_settings = type(old_price).model_validate(new_entry)
+
+    def one_call(t0: float) -> dict[str, Any]:
+        stack.fresh(actor)
+        began = time.time() - t0
+        status, body, _ = program.call(stack.url, stack.host, token, model=PRICED_MODEL)
+        ended = time.time() - t0
+        if status != 200:
+            raise StepError(f"{actor} was refused ({status}) while the prices changed: {body[:160]}")
+        usage = json.loads(body)["usage"]
+        time.sleep(0.3)  # the response charge is made as Envoy's stream ends, just after the client has the body
+        return {
+            "began": round(began, 2),
+            "ended": round(ended, 2),
+            "mills": stack.counters(actor)[usd_rule],
+            "usage": Usage(input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]),
+        }
+
+    path = stack.engine.project / f"Pulumi.{stack.stack}.yaml"
+    original = path.read_text(encoding="utf-8")
+    first = one_call(time.time())
+    old_mills = call_cost_mills(old_price.to_price(), first["usage"])
+    new_mills = call_cost_mills(new_settings.to_price(), first["usage"])
+    if first["mills"] != old_mills or old_mills == new_mills:
+        raise StepError(f"before the change a call was charged {first['mills']} mills, the old prices say {old_mills}")
+    stack.engine.overlay(stack.stack, {"agent-budgets:prices": {PRICED_MODEL: new_entry}})
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            began = time.time()
+            up = pool.submit(stack.engine.up, stack.stack, f"{stack.stack}-up-live-prices")
+            calls = []
+            while time.time() - began < PRICE_WATCH_SECONDS:
+                calls.append(one_call(began))
+            up_seconds = up.result()[1]
+        reloads = processor_reloads(stack.node, began)
+    finally:
+        path.write_text(original, encoding="utf-8")
+        stack.engine.up(stack.stack, log_name=f"{stack.stack}-up-live-prices-restore")
+    if not reloads or None in reloads.values():
+        raise StepError(f"not every processor logged a reload of its filter configuration: {reloads}")
+    reload_at = max(at for at in reloads.values() if at is not None) - began
+    for call in calls:
+        if call.pop("usage") != first["usage"]:
+            raise StepError("the mock reported another usage during the check")
+    judge_price_switch(calls, old_mills, new_mills, reload_at)
+    first_new = next(c for c in calls if c["mills"] == new_mills)
+    return {
+        "model": PRICED_MODEL,
+        "prices": {"old": old_price.to_price().describe(), "new": new_entry},
+        "mills_per_call": {"old": old_mills, "new": new_mills},
+        "up_seconds": up_seconds,
+        "processor_reloads_after_up_began": {pod: round(at - began, 2) for pod, at in reloads.items() if at},
+        "first_call_charged_the_new_prices": first_new,
+        "calls": calls,
+    }
+
+
 CHECKS: list[tuple[str, Callable[[Stack], dict[str, Any]]]] = [
     ("two tokens in one call charge one identity", two_tokens),
     ("the output ceiling reaches the model; a repeated key gets 400, uncharged", ceiling_and_duplicates),
     (f"{CONCURRENT_CALLS} concurrent calls at the edge of a budget, against worstCase", concurrency),
+    ("a price change reaches the usd charge when Agent Router's processor loads it", price_change),
 ]

@@ -405,3 +405,27 @@ def test_a_routes_rate_limit_bytes_are_read_back_from_a_config_dump_as_the_model
     sizes = differential.route_rate_limit_bytes(dump, f"{RATE_LIMIT_FILTER}/{domain}")
     assert sizes == {route["name"]: model}
     assert differential.route_rate_limit_bytes(dump, f"{RATE_LIMIT_FILTER}/other") == {}
+
+
+def _priced_call(began: float, ended: float, mills: int) -> dict:
+    return {"began": began, "ended": ended, "mills": mills}
+
+
+def test_a_price_switch_at_the_processor_s_reload_passes():
+    calls = [_priced_call(0.1, 0.2, 1), _priced_call(4.9, 5.4, 1), _priced_call(5.5, 5.6, 18), _priced_call(6, 6.1, 18)]
+    # The call in flight over the reload may carry either price.
+    live_checks.judge_price_switch(calls, old=1, new=18, reload_at=5.2)
+
+
+@pytest.mark.parametrize(
+    ("calls", "message"),
+    [
+        ([_priced_call(0.1, 0.2, 1), _priced_call(6, 6.1, 7)], "charged neither 1 nor 18 mills"),
+        ([_priced_call(0.1, 0.2, 1), _priced_call(6, 6.1, 1)], "calls began after it were charged the old prices"),
+        ([_priced_call(0.1, 0.2, 18), _priced_call(6, 6.1, 18)], "or ended before it the new ones"),
+        ([_priced_call(0.1, 0.2, 1), _priced_call(4, 4.1, 1)], "no call in 30 s was charged the new prices"),
+    ],
+)
+def test_a_price_switch_that_is_not_the_reload_s_fails(calls, message):
+    with pytest.raises(StepError, match=message):
+        live_checks.judge_price_switch(calls, old=1, new=18, reload_at=5.2)
