@@ -34,11 +34,12 @@ def test_usd_limit_refuses_the_call_after_the_one_that_crosses_it(env, report, a
     with report(11) as v:
         with stack_changes(env.stack, changes, env.settle_costs) as originals:
             v.note(f"stack config: prices = {json.dumps(changes['prices'])}; budgets.classes += {json.dumps(money)}")
+            v.note(f"after pulumi up: {env.cost_reloads[-1]}")
             v.note(env.fresh_buckets())
             calls = env.run_calls(actor, admitted_calls(limit, per_call) + 1, charge_per_call=per_call)
             counter = env.counters.totals([env.subject(actor)])[env.subject(actor)]
         restored = {key: ("not set" if value is UNSET else "restored") for key, value in originals.items()}
-        v.note(f"stack config restored ({restored}); pulumi up done")
+        v.note(f"stack config restored ({restored}); pulumi up done; {env.cost_reloads[-1]}")
         judge_usd_limit(
             v,
             f"class money: {s.actor_id(actor)} at ${LIMIT_USD} per {s.default_per} = {limit} mills",

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -120,6 +120,8 @@ class LiveEnv:
     gateway: PortForward | None  # the JWT listener, when the stack has a JWT source (Settings.listeners)
     stack: StackConfig
     api_key_gateway: PortForward | None = None  # the API-key listener, when the stack has API keys
+    cost_reloads: list[str] = field(default_factory=list)
+    """What each `settle_costs` saw of the processors' reloads, for the check's verdict."""
 
     def subject(self, actor: str) -> str:
         return self.settings.subject(actor)
@@ -238,18 +240,19 @@ class LiveEnv:
         began = self.stack.last_up_began
         reloads = None if began is None else self.wait_extproc_reloads(began)
         if reloads is None:
-            print(
+            seen = (
                 f"not every Envoy pod's {EXTPROC_CONTAINER} logged a reload of its filter configuration since pulumi "
-                "up began; "
-                f"waiting {EXTPROC_CONFIG_TICK_SECONDS + 2.0:g} s, longer than its reload period, instead"
+                f"up began; waited {EXTPROC_CONFIG_TICK_SECONDS + 2.0:g} s, longer than its reload period, instead"
             )
             time.sleep(EXTPROC_CONFIG_TICK_SECONDS + 2.0)
-            return
-        print(
-            "Agent Router's processor loaded its new filter configuration "
-            + ", ".join(f"{pod} {seconds:.1f} s" for pod, seconds in sorted(reloads.items()))
-            + " after pulumi up began"
-        )
+        else:
+            seen = (
+                "Agent Router's processor loaded its new filter configuration "
+                + ", ".join(f"{pod} {seconds:.1f} s" for pod, seconds in sorted(reloads.items()))
+                + " after pulumi up began"
+            )
+        print(seen)
+        self.cost_reloads.append(seen)
 
     def wait_extproc_reloads(
         self, began: float, timeout: float = 4 * EXTPROC_CONFIG_TICK_SECONDS
