@@ -45,6 +45,8 @@ from core.settings import (
     MIB,
     PROVIDER_DEFAULT_HOSTS,
     SECRET_PLACEHOLDER,
+    BudgetPolicySettings,
+    BudgetsConfig,
     GatewaySettings,
     IdentitySettings,
     ModelPrices,
@@ -346,12 +348,15 @@ def message_estimate(
     )
 
 
+def stack_rules(budgets: BudgetsConfig, policy: BudgetPolicySettings) -> BudgetRules:
+    """The budgets' rate-limit rules in the policy's slots (raises ConfigError for budgets that do not fit)."""
+    return compile_budget_rules(budgets, policy.exclusion_slots, policy.limit_slots, policy.class_slots)
+
+
 def settings_message_estimate(settings: StackSettings) -> xds_size.MessageEstimate:
     """The extension-server message of settings already parsed (a deployed stack's file), its rules compiled the
     way `validate_stack` compiles them."""
-    policy = settings.budget_policy
-    rules = compile_budget_rules(settings.budgets, policy.exclusion_slots, policy.limit_slots, policy.class_slots)
-    return stack_message_estimate(ValidatedStack(settings, rules))
+    return stack_message_estimate(ValidatedStack(settings, stack_rules(settings.budgets, settings.budget_policy)))
 
 
 def stack_message_estimate(stack: ValidatedStack) -> xds_size.MessageEstimate:
@@ -421,9 +426,7 @@ def validate_stack(raw: Mapping[str, Any], state: SecretState | SecretInputs) ->
     rules: BudgetRules | None = None
     if budgets is not None and budget_policy is not None:
         try:
-            rules = compile_budget_rules(
-                budgets, budget_policy.exclusion_slots, budget_policy.limit_slots, budget_policy.class_slots
-            )
+            rules = stack_rules(budgets, budget_policy)
         except ConfigError as error:
             findings.problems.extend(error.problems)
     routes, prices = view.typed("routes"), view.typed("prices")

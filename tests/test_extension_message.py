@@ -29,7 +29,7 @@ from rig.extension_message import (
 )
 from rig.extension_tap import start_tap
 from rig.processes import StepError
-from tests.test_xds_size import NAME, NS, _rbac_per_route, reference_route
+from tests.support.envoy_routes import NAME, NS, rbac_per_route, reference_route
 
 RATE_LIMIT_KEY = f"{xds_size.RATE_LIMIT_FILTER}/{NS}/{NAME}"
 CONFIG = "agent-budgets/agent-router/http"
@@ -49,7 +49,7 @@ AUTHORIZATION = suspension_authorization(["agents/actor-0001"], "agent-substrate
 
 
 def _with_rbac(route: route_pb.Route) -> route_pb.Route:
-    route.typed_per_filter_config[xds_size.RBAC_FILTER].Pack(_rbac_per_route(AUTHORIZATION))
+    route.typed_per_filter_config[xds_size.RBAC_FILTER].Pack(rbac_per_route(AUTHORIZATION))
     return route
 
 

@@ -21,9 +21,9 @@ from core.manifests import budget_policy_manifest
 from core.validation import parse_settings, validate_stack
 from core.xds_size import RATE_LIMIT_FILTER, rate_limit_domains
 from rig import actor_keys, component_package, differential, egress_check, lifecycle, live_checks, move, program, scale
-from rig.engine import Engine
+from rig.engine import Engine, changed_resources
 from rig.processes import StepError
-from tests.test_xds_size import NAME, NS, _rule, reference_route
+from tests.support.envoy_routes import NAME, NS, budget_rule, reference_route
 from tools.spend.stack import load_stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_the_budget_change_refuses_a_default_without_a_token_limit():
 
 def test_the_yaml_program_sets_only_properties_the_package_schema_has(tmp_path: Path):
     schema = json.loads((ROOT / "plugin" / "schema.json").read_text())
-    inputs = schema["resources"][component_package.COMPONENT_TYPE]["inputProperties"]
+    inputs = schema["resources"]["agent-budgets:index:AgentBudgets"]["inputProperties"]
     properties = component_package.properties_of(ROOT / "Pulumi.dev-kubernetes.yaml")
     assert properties["actors"] == [
         "serviceaccount:agents/actor-a",
@@ -93,7 +93,7 @@ def test_the_yaml_program_sets_only_properties_the_package_schema_has(tmp_path: 
     assert program["runtime"] == "yaml"
     assert program["packages"] == {"agent-budgets": str(ROOT / "plugin")}
     assert set(program["resources"]["budgets"]["properties"]) <= set(inputs)
-    assert set(schema["resources"][component_package.COMPONENT_TYPE]["properties"]) >= {"gatewayUrl", "worstCase"}
+    assert set(schema["resources"]["agent-budgets:index:AgentBudgets"]["properties"]) >= {"gatewayUrl", "worstCase"}
 
 
 def test_the_egress_variant_is_refused_by_the_package_with_the_words_the_step_looks_for():
@@ -114,16 +114,18 @@ def _steps(*pairs: tuple[str, str]) -> str:
 def test_the_upgrade_is_judged_by_replacements_deletions_and_creations():
     component = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets::agent-budgets"
     redis = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets$kubernetes:apps/v1:StatefulSet::redis"
-    good = move.operations(_steps(("same", redis), ("create", component), ("update", redis)))
+    good = changed_resources(_steps(("same", redis), ("create", component), ("update", redis)))
     assert move.judge_upgrade(good) == []
-    assert move.judge_upgrade(move.operations(_steps(("replace", redis), ("create", component)))) == [
+    assert move.judge_upgrade(changed_resources(_steps(("replace", redis), ("create", component)))) == [
         f"replace {redis}"
     ]
-    assert move.judge_upgrade(move.operations(_steps(("delete", redis)))) == [
+    assert move.judge_upgrade(changed_resources(_steps(("delete", redis)))) == [
         f"delete {redis}",
         "the AgentBudgets component is not created",
     ]
-    assert move.judge_upgrade(move.operations(_steps(("create", component), ("create", redis)))) == [f"create {redis}"]
+    assert move.judge_upgrade(changed_resources(_steps(("create", component), ("create", redis)))) == [
+        f"create {redis}"
+    ]
 
 
 def test_the_old_program_gets_the_overlay_without_the_keys_it_lacks():
@@ -204,12 +206,12 @@ def test_after_the_moves_commit_only_a_config_maps_replacement_is_accepted():
         "$kubernetes:core/v1:ConfigMap::mock-model-server"
     )
     redis = "urn:pulumi:move::agent-budgets::agent-budgets:index:AgentBudgets$kubernetes:apps/v1:StatefulSet::redis"
-    replaced = move.operations(_steps(("replace", config_map), ("update", redis)))
+    replaced = changed_resources(_steps(("replace", config_map), ("update", redis)))
     assert move.judge_later_commits(replaced) == []
     # The same replacement is refused at the move's own commit, and a Redis replacement after it.
     assert move.judge_upgrade(replaced) == [f"replace {config_map}", "the AgentBudgets component is not created"]
-    assert move.judge_later_commits(move.operations(_steps(("replace", redis)))) == [f"replace {redis}"]
-    assert move.judge_later_commits(move.operations(_steps(("create", redis), ("delete", config_map)))) == [
+    assert move.judge_later_commits(changed_resources(_steps(("replace", redis)))) == [f"replace {redis}"]
+    assert move.judge_later_commits(changed_resources(_steps(("create", redis), ("delete", config_map)))) == [
         f"create {redis}",
         f"delete {config_map}",
     ]
@@ -288,7 +290,7 @@ def test_redis_keys_are_judged_against_the_models_prediction():
     # Yesterday's counter of the same rule lives on until it expires: the model's too.
     assert differential.judge_redis_keys(
         predicted, ["agents/actor-a"], {**live, "d_rule-0_actor/agents/actor-a_-86400": 5}
-    )
+    ) == {"keys": 3, "per_actor": {"agents/actor-a": 2}}
 
 
 def test_the_spend_report_must_hold_every_live_counter_with_its_value():
@@ -398,7 +400,10 @@ def test_the_scale_program_builds_agent_budgets_from_the_stack_files_sections(tm
 
 
 def test_a_routes_rate_limit_bytes_are_read_back_from_a_config_dump_as_the_model_counts_them():
-    rules = [_rule([{"name": "x-actor-id", "type": "Distinct"}]), _rule([{"name": "x-actor-id", "type": "Distinct"}])]
+    rules = [
+        budget_rule([{"name": "x-actor-id", "type": "Distinct"}]),
+        budget_rule([{"name": "x-actor-id", "type": "Distinct"}]),
+    ]
     [(domain, model)] = rate_limit_domains(NS, NAME, rules).items()
     route = json_format.MessageToDict(reference_route(rules), preserving_proto_field_name=True)
     dump = {"configs": [{"dynamic_route_configs": [{"route_config": {"virtual_hosts": [{"routes": [route]}]}}]}]}

@@ -7,7 +7,7 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +54,20 @@ def first_reload_after(log_text: str, began: float) -> float | None:
         if at >= began:
             return at
     return None
+
+
+def processor_reloads(
+    kubectl: Callable[..., str], namespace: str, pods: Sequence[str], began: float
+) -> dict[str, float | None]:
+    """Each Envoy pod's processor's first reload of its filter configuration at or after `began` (epoch seconds),
+    from its log (`kubectl(*args)` answers kubectl's output, "" when it failed), None where it logged none."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began - 1))
+    return {
+        pod: first_reload_after(
+            kubectl("-n", namespace, "logs", pod, "-c", EXTPROC_CONTAINER, f"--since-time={since}"), began
+        )
+        for pod in pods
+    }
 
 
 class StackUnavailableError(RuntimeError):
@@ -266,20 +280,17 @@ class LiveEnv:
         while True:
             pods = self.kube.json("-n", s.gateway_namespace, "get", "pods", "-l", selector, timeout=20)["items"]
             names = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp") is None]
-            reloads: dict[str, float] = {}
-            for name in names:
-                since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began - 1))
-                result = self.kube.run(
-                    "-n", s.gateway_namespace, "logs", name, "-c", EXTPROC_CONTAINER, f"--since-time={since}"
-                )
-                first = first_reload_after(result.stdout if result.returncode == 0 else "", began)
-                if first is not None:
-                    reloads[name] = first - began
+            seen = processor_reloads(self._kubectl_output, s.gateway_namespace, names, began)
+            reloads = {name: at - began for name, at in seen.items() if at is not None}
             if names and len(reloads) == len(names):
                 return reloads
             if time.monotonic() >= deadline:
                 return None
             time.sleep(1.0)
+
+    def _kubectl_output(self, *args: str) -> str:
+        result = self.kube.run(*args)
+        return result.stdout if result.returncode == 0 else ""
 
     def settle_policies(self) -> None:
         """After `pulumi up` changed the SecurityPolicy too (suspensions): wait for it to be accepted as
