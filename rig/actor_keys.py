@@ -20,18 +20,11 @@ from cryptography.hazmat.primitives import serialization
 
 from core.identity import KUBERNETES, SUBSTRATE, actor_header_value
 from core.settings import StackSettings
-from core.validation import parse_settings
 from rig.engine import Engine
 from rig.node import Node
 from tests.support.tokens import Signer, jwks_config_map
-from tools.spend.stack import load_stack
 
 KEY_ID = "agent-budgets-rig-actor-key"
-
-
-def stack_settings(engine: Engine, stack: str) -> StackSettings:
-    """The stack's settings as the program validates them (the project copy's stack file over its defaults)."""
-    return parse_settings(load_stack(engine.project, stack).raw)
 
 
 def signing_key_path(engine: Engine) -> Path:
@@ -69,7 +62,7 @@ def actor_token(engine: Engine, settings: StackSettings, actor: str, **overrides
 
 def publish_keys(node: Node, engine: Engine, stack: str) -> dict[str, str]:
     """Each ConfigMap of keys the stack's identity sources read, filled; what was published where."""
-    return publish_keys_of(node, engine, stack_settings(engine, stack))
+    return publish_keys_of(node, engine, engine.stack_settings(stack))
 
 
 def publish_keys_of(node: Node, engine: Engine, settings: StackSettings) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from agent_budgets.component import TYPE_TOKEN
 from core.validation import parse_settings
 from rig import actor_keys, program
 from rig.engine import Engine, preview_counts
@@ -29,7 +30,6 @@ EGRESS_PROPERTY = "substrate.egress.enabled"
 EGRESS_REASON_START = "is true (the default)."
 EGRESS_REFUSAL_START = f"property {EGRESS_PROPERTY} has a problem: {EGRESS_REASON_START}"
 """How the engine reports the component's refused input (an InputPropertyError: agent_budgets/package.py)."""
-COMPONENT_TYPE = "agent-budgets:index:AgentBudgets"
 
 
 def properties_of(stack_file: Path) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def yaml_program(plugin: Path, properties: dict[str, Any]) -> dict[str, Any]:
         "name": PACKAGE_PROJECT,
         "runtime": "yaml",
         "packages": {"agent-budgets": str(plugin)},
-        "resources": {"budgets": {"type": COMPONENT_TYPE, "properties": properties}},
+        "resources": {"budgets": {"type": TYPE_TOKEN, "properties": properties}},
         "outputs": {"gatewayUrl": "${budgets.gatewayUrl}", "worstCase": "${budgets.worstCase}"},
     }
 
@@ -95,8 +95,10 @@ def run(node: Node, engine: Engine, stack: str, overlay: dict[str, Any]) -> dict
     outputs = engine.outputs(PACKAGE_STACK, cwd=directory)
     url, host = program.gateway_address(node, outputs)
     actor = next(a for a in properties["actors"] if str(a).startswith("serviceaccount:"))
-    evidence["published_keys"] = actor_keys.publish_keys_of(node, engine, parse_settings(properties))
-    seen = program.served_as(node, url, host, actor, f"a call as {actor} through the YAML program's gateway")
+    settings = parse_settings(properties)
+    evidence["published_keys"] = actor_keys.publish_keys_of(node, engine, settings)
+    audience = settings.identity.kubernetes.audience
+    seen = program.served_as(node, url, host, actor, audience, f"a call as {actor} through the YAML program's gateway")
     evidence["call"] = {"actor": actor, "gateway": outputs["gatewayUrl"], **seen}
     evidence["destroy"] = program.destroy(node, engine, PACKAGE_STACK, log_name="yaml-destroy", cwd=directory)
     engine.pulumi("stack", "rm", PACKAGE_STACK, "--yes", cwd=directory, log_name="yaml-destroy")

@@ -44,20 +44,19 @@ from core.filter_chain import (
     identity_filters_after_agent_router,
     listener_chain,
 )
-from core.identity import API_KEYS, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_header_value, actor_source
+from core.identity import API_KEYS, actor_source
 from core.manifests import api_key_client_id, api_key_secret_name
 from core.ratelimit_deployment import RATELIMIT_CONTAINER_NAME, render_ratelimit_pod
-from core.ratelimit_model import rules_for_actor
 from core.xds_size import RATE_LIMIT_FILTER, rate_limit_domains
-from rig import actor_keys, program
+from rig import program
 from rig.engine import Engine
 from rig.extension_message import extension_message_check
+from rig.live_stack import actor_rules, budget_policy, caller_token, fresh_counters, redis_counters
 from rig.node import Node
 from rig.processes import StepError
+from rig.program import GATEWAY_NAMESPACE, STACK_NAMESPACE
 from tests.support.agent_router_routes import envoy_gateway_objects
 
-GATEWAY_NAMESPACE = "envoy-gateway-system"
-STACK_NAMESPACE = "agent-budgets"
 ENVOY_ADMIN_PORT = 19000
 """Envoy Gateway's bootstrap binds the admin to 127.0.0.1:19000 in the Envoy pod (v1.9.0
 internal/xds/bootstrap/bootstrap.go `EnvoyAdminPort`): a port-forward reaches it."""
@@ -131,12 +130,7 @@ def _free_port() -> int:
 
 def envoy_config_dump(node: Node) -> dict[str, Any]:
     """The admin `/config_dump` of the Gateway's first Envoy pod, through a port-forward."""
-    pods = json.loads(
-        node.kubectl(
-            "get", "pods", "-n", GATEWAY_NAMESPACE, "-l", "gateway.envoyproxy.io/owning-gateway-name", "-o", "json"
-        )
-    )["items"]
-    running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+    running = [p["metadata"]["name"] for p in program.envoy_pods(node) if p["status"].get("phase") == "Running"]
     if not running:
         raise StepError(f"no running Envoy pod in {GATEWAY_NAMESPACE}")
     port = _free_port()
@@ -222,67 +216,6 @@ def agent_router_routes_check(node: Node) -> dict[str, Any]:
     return {"compared": sorted(compared)}
 
 
-REDIS_NAMESPACE = "agent-budgets-redis"
-REDIS_POD = "redis-0"
-
-
-def redis_counters(node: Node) -> dict[str, int]:
-    """Every key in the rate-limit store and its value, read inside the Redis pod (its own password variable)."""
-    script = (
-        'export REDISCLI_AUTH="$REDIS_PASSWORD"; redis-cli --scan | while IFS= read -r key; do '
-        'printf "%s\\t%s\\n" "$key" "$(redis-cli GET "$key")"; done'
-    )
-    out = node.kubectl("exec", "-n", REDIS_NAMESPACE, REDIS_POD, "-c", "redis", "--", "sh", "-c", script)
-    counters: dict[str, int] = {}
-    for line in out.splitlines():
-        key, _, value = line.partition("\t")
-        if key:
-            counters[key] = int(value) if value.strip().lstrip("-").isdigit() else -1
-    return counters
-
-
-def delete_counters(node: Node, keys: list[str]) -> int:
-    """The counters `keys` deleted (a check starts from fresh buckets, as tests/e2e does): how many existed."""
-    if not keys:
-        return 0
-    script = 'export REDISCLI_AUTH="$REDIS_PASSWORD"; redis-cli DEL "$@"'
-    out = node.kubectl("exec", "-n", REDIS_NAMESPACE, REDIS_POD, "-c", "redis", "--", "sh", "-c", script, "sh", *keys)
-    return int(out.strip() or 0)
-
-
-def budget_policy(node: Node, namespace: str) -> dict[str, Any]:
-    """The live BackendTrafficPolicy that holds the budgets (the one with global rate-limit rules)."""
-    policies = json.loads(node.kubectl("get", "backendtrafficpolicies", "-n", namespace, "-o", "json"))["items"]
-    found = [p for p in policies if (p["spec"].get("rateLimit") or {}).get("global")]
-    if len(found) != 1:
-        raise StepError(f"{len(found)} BackendTrafficPolicies with global rate limits in {namespace}, not one")
-    return found[0]
-
-
-def actor_rules(policy: Mapping[str, Any], actor: str) -> list[Any]:
-    """The rules of the live budget policy that charge `actor`, as core/ratelimit_model.py reads them."""
-    rules = policy["spec"]["rateLimit"]["global"]["rules"]
-    namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
-    return rules_for_actor(namespace, name, rules, actor_header_value(actor))
-
-
-def fresh_counters(node: Node, namespace: str, actors: list[str]) -> int:
-    """The actors' counters of the current windows deleted (a check starts from fresh buckets, as tests/e2e does)."""
-    policy = budget_policy(node, namespace)
-    now = int(time.time())
-    return delete_counters(
-        node, sorted({rule.counter_key(now) for actor in actors for rule in actor_rules(policy, actor)})
-    )
-
-
-def caller_token(node: Node, engine: Engine, settings: Any, actor: str) -> str:
-    """A JWT for a Substrate actor (signed by the rig's key) or a service account (from the TokenRequest API)."""
-    if actor_source(actor) == SUBSTRATE:
-        return actor_keys.actor_token(engine, settings, actor)
-    namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
-    return program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
-
-
 def predicted_keys(settings: Any, policy: Mapping[str, Any], now: int) -> dict[str, list[str]]:
     """Each listed actor's counter keys at `now`, as core/ratelimit_model.py reads the live policy."""
     return {actor: sorted(rule.counter_key(now) for rule in actor_rules(policy, actor)) for actor in settings.actors}
@@ -348,7 +281,7 @@ def one_call_each(node: Node, engine: Engine, stack: str, settings: Any) -> dict
 
 
 def redis_keys_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    settings = actor_keys.stack_settings(engine, stack)
+    settings = engine.stack_settings(stack)
     policy = budget_policy(node, settings.gateway.namespace)
     began = int(time.time())
     deleted = fresh_counters(node, settings.gateway.namespace, list(settings.actors))
@@ -397,7 +330,7 @@ def route_rate_limit_bytes(config_dump: Mapping[str, Any], filter_key: str) -> d
 
 
 def xds_size_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    settings = actor_keys.stack_settings(engine, stack)
+    settings = engine.stack_settings(stack)
     policy = budget_policy(node, settings.gateway.namespace)
     namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
     [(domain, model)] = rate_limit_domains(namespace, name, policy["spec"]["rateLimit"]["global"]["rules"]).items()

@@ -25,8 +25,7 @@ import yaml
 
 from core.egress.shards import shard_of, shard_resource_name
 from core.identity import SUBSTRATE, actors_of_source
-from rig import actor_keys
-from rig.engine import FAKE_ATE_DIRECTORY, Engine
+from rig.engine import FAKE_ATE_DIRECTORY, Engine, changed_resources
 from rig.node import Node
 from rig.processes import StepError
 from tests.fake_ate import FakeAte, make_fake
@@ -60,15 +59,12 @@ def actor_in_shard(shard: int, taken: set[str], atespace: str = "agents") -> str
 
 
 def shard_steps(preview_json: str) -> list[tuple[str, str]]:
-    return [
-        (step["op"], step["urn"].rsplit("::", 1)[-1])
-        for step in json.loads(preview_json).get("steps", [])
-        if step.get("op") not in ("same", "read")
-    ]
+    """(operation, resource name) of every changed step (the URN's last part names the shard)."""
+    return [(op, urn.rsplit("::", 1)[-1]) for op, urn in changed_resources(preview_json)]
 
 
 def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    settings = actor_keys.stack_settings(engine, stack)
+    settings = engine.stack_settings(stack)
     if SUBSTRATE not in settings.identity.sources:
         return {"not_applicable": f"stack {stack} has no Substrate actors, so no egress policies"}
     root = engine.directory / FAKE_ATE_DIRECTORY
@@ -78,7 +74,7 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     kubeconfig = json_kubeconfig(node.layout.kubeconfig("admin"), root / "admin.json")
     evidence: dict[str, Any] = {"fake": "tests/fake_kubectl.py", "server": server}
 
-    config = yaml.safe_load((engine.project / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))["config"]
+    config = engine.stack_config(stack)
     substrate = dict(config.get("agent-budgets:substrate") or {})
     substrate["egress"] = {**(substrate.get("egress") or {}), "enabled": True, "kubectl": fake.kubectl}
     kubernetes = {**config["agent-budgets:kubernetes"], "kubeconfig": str(kubeconfig)}

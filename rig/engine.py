@@ -9,23 +9,27 @@ kubeconfig, the charts by path, the images from the rig's registry) is written i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from core.settings import StackSettings
+from core.validation import parse_settings
 from rig import cache
 from rig.by_hand import ByHand
 from rig.processes import StepError
 from rig.versions import GoPiece, load
+from tools.spend.stack import load_stack
 
 FAKE_ATE_DIRECTORY = "fake-ate"
 """Where rig/egress_check.py puts the fake `kubectl ate` (tests/fake_kubectl.py) and its store, in the engine's
@@ -230,7 +234,7 @@ class Engine:
     def overlay(self, stack: str, config: Mapping[str, Any]) -> Path:
         """Merge `config` (`agent-budgets:<key>` -> value, each key replaced whole or merged one level down) into the
         copy's stack file."""
-        path = self.project / f"Pulumi.{stack}.yaml"
+        path = self.stack_file(stack)
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         values = document.setdefault("config", {})
         for key, value in config.items():
@@ -240,6 +244,29 @@ class Engine:
                 values[key] = value
         path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
         return path
+
+    def stack_file(self, stack: str) -> Path:
+        return self.project / f"Pulumi.{stack}.yaml"
+
+    def stack_config(self, stack: str) -> dict[str, Any]:
+        """The project copy's stack file's `config`, as written (the keys with their `agent-budgets:` prefix)."""
+        return yaml.safe_load(self.stack_file(stack).read_text(encoding="utf-8"))["config"]
+
+    @contextlib.contextmanager
+    def restoring(self, stack: str, log_name: str) -> Iterator[None]:
+        """The stack file written back as it is now and applied (`pulumi up`) after the block, passed or failed: a
+        check that changes the stack leaves it as it found it."""
+        path = self.stack_file(stack)
+        original = path.read_text(encoding="utf-8")
+        try:
+            yield
+        finally:
+            path.write_text(original, encoding="utf-8")
+            self.up(stack, log_name=log_name)
+
+    def stack_settings(self, stack: str) -> StackSettings:
+        """The stack's settings as the program validates them (the project copy's stack file over its defaults)."""
+        return parse_settings(load_stack(self.project, stack).raw)
 
     def outputs(self, stack: str, cwd: Path | None = None) -> dict[str, Any]:
         return json.loads(self.pulumi("stack", "output", "--stack", stack, "--json", log_name="outputs", cwd=cwd))

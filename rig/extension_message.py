@@ -35,7 +35,7 @@ from typing import Any
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from google.protobuf.internal import decoder
 
-from core.platform_values import EXTENSION_SERVER_PORT
+from core.platform_values import AGENT_ROUTER_CONTROLLER, AGENT_ROUTER_NAMESPACE, EXTENSION_SERVER_PORT
 from core.validation import settings_message_estimate
 from core.xds_size import (
     API_KEY_AUTH_FILTER,
@@ -48,14 +48,12 @@ from core.xds_size import (
     format_bytes,
     rate_limit_domains,
 )
-from rig import actor_keys
 from rig.engine import Engine
+from rig.live_stack import budget_policy
 from rig.node import Node
 from rig.processes import StepError, stop, wait_until
+from rig.program import GATEWAY_NAMESPACE
 
-AGENT_ROUTER_NAMESPACE = "envoy-ai-gateway-system"
-AGENT_ROUTER_SERVICE = "ai-gateway-controller"
-ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
 ENVOY_GATEWAY_PODS = "control-plane=envoy-gateway"
 TAP_PORT = 18063
 TAP_COMMENT = "agent-budgets rig: extension message tap"
@@ -248,12 +246,12 @@ def dnat_rule(service_ip: str, node_ip: str) -> list[str]:
 def extension_server(node: Node) -> tuple[str, str]:
     """Agent Router's extension Service address and its one ready controller pod's address."""
     service = json.loads(
-        node.kubectl("get", "service", AGENT_ROUTER_SERVICE, "-n", AGENT_ROUTER_NAMESPACE, "-o", "json")
+        node.kubectl("get", "service", AGENT_ROUTER_CONTROLLER, "-n", AGENT_ROUTER_NAMESPACE, "-o", "json")
     )
     slices = json.loads(
         node.kubectl(
             "get", "endpointslices", "-n", AGENT_ROUTER_NAMESPACE, "-l",
-            f"kubernetes.io/service-name={AGENT_ROUTER_SERVICE}", "-o", "json",
+            f"kubernetes.io/service-name={AGENT_ROUTER_CONTROLLER}", "-o", "json",
         )
     )["items"]  # fmt: skip
     ready = [
@@ -264,14 +262,14 @@ def extension_server(node: Node) -> tuple[str, str]:
         for address in endpoint.get("addresses", [])
     ]
     if len(set(ready)) != 1:
-        raise StepError(f"{AGENT_ROUTER_SERVICE} has ready endpoints {sorted(set(ready))}, not one")
+        raise StepError(f"{AGENT_ROUTER_CONTROLLER} has ready endpoints {sorted(set(ready))}, not one")
     return service["spec"]["clusterIP"], ready[0]
 
 
 def envoy_gateway_pods(node: Node) -> list[dict[str, Any]]:
-    return json.loads(
-        node.kubectl("get", "pods", "-n", ENVOY_GATEWAY_NAMESPACE, "-l", ENVOY_GATEWAY_PODS, "-o", "json")
-    )["items"]
+    return json.loads(node.kubectl("get", "pods", "-n", GATEWAY_NAMESPACE, "-l", ENVOY_GATEWAY_PODS, "-o", "json"))[
+        "items"
+    ]
 
 
 def envoy_gateway_ready(node: Node, old: set[str]) -> str | None:
@@ -308,7 +306,7 @@ def capture_translation(node: Node, directory: Path) -> tuple[dict[str, Any], by
             raise StepError(f"iptables -t nat -I {' '.join(rule)}: {inserted.stderr.strip()}")
         old = {pod["metadata"]["name"] for pod in envoy_gateway_pods(node)}
         restarted_at = time.time()
-        node.kubectl("delete", "pods", "-n", ENVOY_GATEWAY_NAMESPACE, "-l", ENVOY_GATEWAY_PODS, "--wait=false")
+        node.kubectl("delete", "pods", "-n", GATEWAY_NAMESPACE, "-l", ENVOY_GATEWAY_PODS, "--wait=false")
         wait_until("the restarted Envoy Gateway ready", lambda: envoy_gateway_ready(node, old), 180, tap)
 
         def settled() -> str | None:
@@ -337,12 +335,9 @@ def capture_translation(node: Node, directory: Path) -> tuple[dict[str, Any], by
 
 
 def extension_message_check(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
-    settings = actor_keys.stack_settings(engine, stack)
+    settings = engine.stack_settings(stack)
     estimate = settings_message_estimate(settings)
-    # The domain (and so the rate-limit entry's key) is the live policy's, as check 5 reads it; imported here, as
-    # rig.differential lists this check among its own.
-    from rig.differential import budget_policy
-
+    # The domain (and so the rate-limit entry's key) is the live policy's, as check 5 reads it.
     policy = budget_policy(node, settings.gateway.namespace)
     namespace, name = policy["metadata"]["namespace"], policy["metadata"]["name"]
     [domain] = rate_limit_domains(namespace, name, policy["spec"]["rateLimit"]["global"]["rules"])

@@ -21,21 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
-from core.identity import KUBERNETES, SERVICE_ACCOUNT_ID_PREFIX, SUBSTRATE, actor_source, actors_of_source
+from core.identity import KUBERNETES, SUBSTRATE, actor_source, actors_of_source
 from core.settings import StackSettings
-from rig import actor_keys, differential, egress_check, move, program
 from rig import component_package as component_package_check
+from rig import egress_check, live_stack, move, program
 from rig.engine import Engine, changed_resources, secrets_seen
 from rig.node import Node
 from rig.processes import StepError, wait_until
 
 STACK_NAMESPACES = ("agent-budgets", "agent-budgets-redis", "envoy-gateway-system", "envoy-ai-gateway-system")
-
-
-def _stack_config(engine: Engine, stack: str) -> dict[str, Any]:
-    return yaml.safe_load((engine.project / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))["config"]
 
 
 def no_changes(engine: Engine, stack: str) -> dict[str, Any]:
@@ -54,19 +48,6 @@ def no_changes(engine: Engine, stack: str) -> dict[str, Any]:
 
 def preview_changes(engine: Engine, stack: str, name: str) -> list[tuple[str, str]]:
     return changed_resources(engine.pulumi("preview", "--stack", stack, "--json", log_name=f"{stack}-preview-{name}"))
-
-
-def rate_limit_header(node: Node, engine: Engine, stack: str, actor: str) -> tuple[int, str]:
-    """One call as `actor` (a service account, or a Substrate actor with the rig's key); (status, the
-    x-ratelimit-limit header Envoy's rate-limit filter sent)."""
-    url, host = program.gateway_address(node, engine.outputs(stack))
-    if actor.startswith(SERVICE_ACCOUNT_ID_PREFIX):
-        namespace, name = actor.removeprefix(SERVICE_ACCOUNT_ID_PREFIX).split("/")
-        token = program.service_account_token(node, namespace, name, "agent-router")
-    else:
-        token = actor_keys.actor_token(engine, actor_keys.stack_settings(engine, stack), actor)
-    status, _, headers = program.call(url, host, token)
-    return status, headers.get("x-ratelimit-limit", "")
 
 
 def default_budget_caller(settings: StackSettings) -> str:
@@ -104,25 +85,24 @@ def lowered_default(budgets: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
 def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     """The default budget's token limit cut to a fifth: exactly one update (the BackendTrafficPolicy), then the next
     call's `x-ratelimit-limit` names the new limit."""
-    config = _stack_config(engine, stack)
-    actor = default_budget_caller(actor_keys.stack_settings(engine, stack))
+    config = engine.stack_config(stack)
+    actor = default_budget_caller(engine.stack_settings(stack))
     budgets, old, new = lowered_default(config["agent-budgets:budgets"])
     engine.overlay(stack, {"agent-budgets:budgets": budgets})
     changes = preview_changes(engine, stack, "budget")
     if len(changes) != 1 or changes[0][0] != "update" or ":BackendTrafficPolicy::" not in changes[0][1]:
         raise StepError(f"a budget change previews as {changes}, not one update of the BackendTrafficPolicy")
+    caller = live_stack.Caller.of(node, engine, stack, actor)
     began = time.monotonic()
     engine.up(stack, log_name=f"{stack}-up-budget")
     applied = round(time.monotonic() - began, 1)
     seen: dict[str, Any] = {}
 
-    namespace = actor_keys.stack_settings(engine, stack).gateway.namespace
-
     def limited_by_new() -> str | None:
         # From fresh counters each time: a call the lower limit refuses answers 429 without the header, and each
         # call spends the mock's tokens, more than a fifth of a small budget.
-        differential.fresh_counters(node, namespace, [actor])
-        status, limit = rate_limit_header(node, engine, stack, actor)
+        caller.fresh()
+        status, limit = caller.rate_limit_header()
         seen["status"], seen["x-ratelimit-limit"] = status, limit
         return limit if limit.split(",")[0].strip() == str(new) else None
 
@@ -139,10 +119,11 @@ def budget_change(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
 
 def add_service_account(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     """A new `serviceaccount:` actor: refused (403) before, the preview's changes, admitted after `up`."""
-    config = _stack_config(engine, stack)
+    config = engine.stack_config(stack)
     actors = list(config["agent-budgets:actors"])
     added = "serviceaccount:agents/actor-rig"
-    before, _ = rate_limit_header(node, engine, stack, added)
+    caller = live_stack.Caller.of(node, engine, stack, added)
+    before, _ = caller.rate_limit_header()
     engine.overlay(stack, {"agent-budgets:actors": [*actors, added]})
     changes = preview_changes(engine, stack, "actor")
     began = time.monotonic()
@@ -150,7 +131,7 @@ def add_service_account(node: Node, engine: Engine, stack: str) -> dict[str, Any
     seen: dict[str, Any] = {}
 
     def admitted() -> str | None:
-        status, limit = rate_limit_header(node, engine, stack, added)
+        status, limit = caller.rate_limit_header()
         seen["status"], seen["x-ratelimit-limit"] = status, limit
         return str(status) if status == 200 else None
 
@@ -188,7 +169,7 @@ def policy_pack(engine: Engine, stack: str) -> dict[str, Any]:
                 "trust": {"mode": "localJwks"},
                 "egress": {"enabled": True, "extraHostnames": ["api.example.com"]},
             },
-            "agent-budgets:actors": with_substrate_actor(_stack_config(engine, stack)["agent-budgets:actors"]),
+            "agent-budgets:actors": with_substrate_actor(engine.stack_config(stack)["agent-budgets:actors"]),
         },
     )
     engine.pulumi("stack", "init", broken, log_name="policy-broken")

@@ -15,7 +15,7 @@ the mock model received.
 4. a price change reaches the usd charge when Agent Router's processor loads it: `pulumi up` with new prices, and
    calls from the moment it begins (each from fresh counters), each call's usd charge read from Redis and held to
    the old or the new prices (core/money.py `call_cost_mills` of the usage the mock reported); every call charged
-   the new prices must end after the processor logged its reload (tests/e2e/e2elib/env.py `first_reload_after`),
+   the new prices must end after the processor logged its reload (tests/e2e/e2elib/env.py `processor_reloads`),
    every call charged the old ones must begin before it.
 """
 
@@ -28,15 +28,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from core.money import Usage, call_cost_mills
-from rig import actor_keys, differential, program
+from rig import live_stack, program
 from rig.engine import Engine
 from rig.node import Node
 from rig.processes import StepError
-from tests.e2e.e2elib.env import EXTPROC_CONTAINER, first_reload_after
+from tests.e2e.e2elib.env import processor_reloads
 
 CONCURRENT_CALLS = 32
 
@@ -46,24 +45,24 @@ class Stack:
 
     def __init__(self, node: Node, engine: Engine, stack: str) -> None:
         self.node, self.engine, self.stack = node, engine, stack
-        self.settings = actor_keys.stack_settings(engine, stack)
+        self.settings = engine.stack_settings(stack)
         self.outputs = engine.outputs(stack)
         self.url, self.host = program.gateway_address(node, self.outputs)
-        self.policy = differential.budget_policy(node, self.settings.gateway.namespace)
+        self.policy = live_stack.budget_policy(node, self.settings.gateway.namespace)
 
     def fresh(self, *actors: str) -> int:
         """The actors' counters deleted, so that a check starts from fresh buckets (as tests/e2e does)."""
-        return differential.fresh_counters(self.node, self.settings.gateway.namespace, list(actors))
+        return live_stack.fresh_counters(self.node, self.settings.gateway.namespace, list(actors))
 
     def token(self, actor: str) -> str:
-        return differential.caller_token(self.node, self.engine, self.settings, actor)
+        return live_stack.caller_token(self.node, self.engine, self.settings, actor)
 
     def counters(self, actor: str) -> dict[str, int]:
         """The actor's counters by rule index (0 where the window has none yet)."""
         now = int(time.time())
-        live = differential.redis_counters(self.node)
+        live = live_stack.redis_counters(self.node)
         return {
-            str(rule.index): live.get(rule.counter_key(now), 0) for rule in differential.actor_rules(self.policy, actor)
+            str(rule.index): live.get(rule.counter_key(now), 0) for rule in live_stack.actor_rules(self.policy, actor)
         }
 
     def rule_of(self, budget: str, unit: str) -> int:
@@ -261,28 +260,6 @@ PRICE_FACTOR = 50
 PRICE_WATCH_SECONDS = 30.0
 
 
-def envoy_pods(node: Node) -> list[str]:
-    out = node.kubectl(
-        "get", "pods", "-n", differential.GATEWAY_NAMESPACE, "-l", "gateway.envoyproxy.io/owning-gateway-name",
-        "-o", "json",
-    )  # fmt: skip
-    return [p["metadata"]["name"] for p in json.loads(out)["items"] if p["metadata"].get("deletionTimestamp") is None]
-
-
-def processor_reloads(node: Node, began: float) -> dict[str, float | None]:
-    """Each Envoy pod's processor's first reload of its filter configuration since `began` (epoch seconds)."""
-    since = datetime.fromtimestamp(began - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        pod: first_reload_after(
-            node.kubectl(
-                "logs", "-n", differential.GATEWAY_NAMESPACE, pod, "-c", EXTPROC_CONTAINER, f"--since-time={since}"
-            ),
-            began,
-        )
-        for pod in envoy_pods(node)
-    }  # fmt: skip
-
-
 def judge_price_switch(calls: list[dict[str, Any]], old: int, new: int, reload_at: float) -> None:
     """Each call charged the old or the new mills; those charged the new ended after the reload, those charged the
     old began before it (the processor computes the cost as the response passes through it)."""
@@ -332,15 +309,13 @@ def price_change(stack: Stack) -> dict[str, Any]:
             "usage": Usage(input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]),
         }
 
-    path = stack.engine.project / f"Pulumi.{stack.stack}.yaml"
-    original = path.read_text(encoding="utf-8")
     first = one_call(time.time())
     old_mills = call_cost_mills(old_price.to_price(), first["usage"])
     new_mills = call_cost_mills(new_settings.to_price(), first["usage"])
     if first["mills"] != old_mills or old_mills == new_mills:
         raise StepError(f"before the change a call was charged {first['mills']} mills, the old prices say {old_mills}")
-    stack.engine.overlay(stack.stack, {"agent-budgets:prices": {PRICED_MODEL: new_entry}})
-    try:
+    with stack.engine.restoring(stack.stack, log_name=f"{stack.stack}-up-live-prices-restore"):
+        stack.engine.overlay(stack.stack, {"agent-budgets:prices": {PRICED_MODEL: new_entry}})
         with ThreadPoolExecutor(max_workers=1) as pool:
             began = time.time()
             up = pool.submit(stack.engine.up, stack.stack, f"{stack.stack}-up-live-prices")
@@ -348,10 +323,8 @@ def price_change(stack: Stack) -> dict[str, Any]:
             while time.time() - began < PRICE_WATCH_SECONDS:
                 calls.append(one_call(began))
             up_seconds = up.result()[1]
-        reloads = processor_reloads(stack.node, began)
-    finally:
-        path.write_text(original, encoding="utf-8")
-        stack.engine.up(stack.stack, log_name=f"{stack.stack}-up-live-prices-restore")
+        pods = program.envoy_pod_names(stack.node)
+        reloads = processor_reloads(stack.node.kubectl, program.GATEWAY_NAMESPACE, pods, began)
     if not reloads or None in reloads.values():
         raise StepError(f"not every processor logged a reload of its filter configuration: {reloads}")
     reload_at = max(at for at in reloads.values() if at is not None) - began

@@ -15,7 +15,6 @@ suite's (the baseline's `full`, `dev` and `prod` stacks).
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -23,17 +22,17 @@ from typing import Any
 
 import yaml
 
+from agent_budgets.component import TYPE_TOKEN
 from core.platform_values import release_specs
 from core.validation import parse_settings
 from rig import actor_keys, cache, program
-from rig.engine import Engine, preview_counts
+from rig.engine import Engine, changed_resources, preview_counts
 from rig.node import Node
 from rig.processes import StepError
 from tools.spend.stack import load_stack
 
 MOVE_STACK = "move"
 COMPONENT_FILE = "agent_budgets/component.py"
-COMPONENT_TYPE = "agent-budgets:index:AgentBudgets"
 CONFIG_MAP_TYPE = "$kubernetes:core/v1:ConfigMap::"
 REPLACEMENT_OPERATIONS = ("replace", "create-replacement", "delete-replaced")
 REFUSED_OPERATIONS = ("replace", "create-replacement", "delete-replaced", "delete", "discard", "import-replacement")
@@ -78,18 +77,12 @@ def old_overlay(overlay: dict[str, Any]) -> dict[str, Any]:
     return {**kept, "agent-budgets:platform": {"install": False}}
 
 
-def operations(preview_json: str) -> list[tuple[str, str]]:
-    """(operation, URN) of every step of `pulumi preview --json` but `same` and `read`."""
-    steps = json.loads(preview_json).get("steps", [])
-    return [(step["op"], step["urn"]) for step in steps if step.get("op") not in ("same", "read")]
-
-
 def judge_upgrade(changes: list[tuple[str, str]]) -> list[str]:
     """The move's own commit: what breaks the promise is any replacement or deletion, and any creation but the
     AgentBudgets component's."""
     problems = [f"{op} {urn}" for op, urn in changes if op in REFUSED_OPERATIONS]
-    problems += [f"create {urn}" for op, urn in changes if op == "create" and f"::{COMPONENT_TYPE}::" not in urn]
-    if not any(op == "create" and f"::{COMPONENT_TYPE}::" in urn for op, urn in changes):
+    problems += [f"create {urn}" for op, urn in changes if op == "create" and f"::{TYPE_TOKEN}::" not in urn]
+    if not any(op == "create" and f"::{TYPE_TOKEN}::" in urn for op, urn in changes):
         problems.append("the AgentBudgets component is not created")
     return problems
 
@@ -176,7 +169,7 @@ def helm_uninstall_platform(node: Node, log: Path) -> None:
 def upgrade(engine: Engine, directory: Path, log_name: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """The preview's changes of the program in `directory` on the move stack, and what they are (the caller judges
     them, then runs `up`)."""
-    changes = operations(
+    changes = changed_resources(
         engine.pulumi("preview", "--stack", MOVE_STACK, "--json", cwd=directory, log_name=f"{log_name}-preview")
     )
     return changes, {
@@ -238,7 +231,10 @@ def run(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
     actor = next(
         a for a in yaml.safe_load(today_file.read_text())["config"]["agent-budgets:actors"] if a.startswith("service")
     )
-    evidence["call_after_upgrade"] = program.served_as(node, url, host, actor, f"a call as {actor} after the upgrade")
+    audience = engine.stack_settings(stack).identity.kubernetes.audience
+    evidence["call_after_upgrade"] = program.served_as(
+        node, url, host, actor, audience, f"a call as {actor} after the upgrade"
+    )
 
     evidence["destroy"] = program.destroy(node, engine, MOVE_STACK, log_name="move-destroy")
     engine.pulumi("stack", "rm", MOVE_STACK, "--yes", log_name="move-destroy")

@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from core.identity import SUBSTRATE, actor_header_value, actors_of_source
 from core.settings import StackSettings
 from rig import actor_keys, cache, catalog, images
@@ -228,11 +226,26 @@ def gateway_address(node: Node, outputs: Mapping[str, Any], output: str = "gatew
     return f"http://{cluster_ip}:{port or 80}/v1/chat/completions", host
 
 
-def served_as(node: Node, url: str, host: str, actor: str, what: str, timeout: float = 180) -> dict[str, Any]:
-    """Calls as the service account `actor` (a token from the TokenRequest API, the gateway's audience) until one is
-    answered 200; that call's status and the start of its body."""
+def envoy_pods(node: Node) -> list[dict[str, Any]]:
+    """The Gateway's Envoy pods (Envoy Gateway labels each with its Gateway)."""
+    out = node.kubectl(
+        "get", "pods", "-n", GATEWAY_NAMESPACE, "-l", "gateway.envoyproxy.io/owning-gateway-name", "-o", "json"
+    )
+    return json.loads(out)["items"]
+
+
+def envoy_pod_names(node: Node) -> list[str]:
+    """The Envoy pods not being deleted."""
+    return [p["metadata"]["name"] for p in envoy_pods(node) if p["metadata"].get("deletionTimestamp") is None]
+
+
+def served_as(
+    node: Node, url: str, host: str, actor: str, audience: str, what: str, timeout: float = 180
+) -> dict[str, Any]:
+    """Calls as the service account `actor` (a token from the TokenRequest API for the stack's
+    `identity.kubernetes.audience`) until one is answered 200; that call's status and the start of its body."""
     namespace, name = actor.removeprefix("serviceaccount:").split("/")
-    token = service_account_token(node, namespace, name, "agent-router")
+    token = service_account_token(node, namespace, name, audience)
     seen: dict[str, Any] = {}
 
     def served() -> str | None:
@@ -290,14 +303,14 @@ def check_deployment(node: Node, engine: Engine, stack: str) -> dict[str, Any]:
         raise StepError(f"no Envoy or rate-limit pod in {GATEWAY_NAMESPACE}: {pod_summary(node, GATEWAY_NAMESPACE)}")
     outputs = engine.outputs(stack)
     url, host = gateway_address(node, outputs)
-    stack_file = yaml.safe_load((engine.project / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))
-    listed = stack_file["config"].get("agent-budgets:actors", [])
+    listed = engine.stack_config(stack).get("agent-budgets:actors", [])
     actors = [actor for actor in listed if str(actor).startswith("serviceaccount:")]
     if not actors:
         raise StepError(f"stack {stack} lists no serviceaccount: actor to call as")
     actor = actors[0]
-    evidence["with_token"] = served_as(node, url, host, actor, f"a call as {actor} through {url}", 120)
-    settings = actor_keys.stack_settings(engine, stack)
+    settings = engine.stack_settings(stack)
+    audience = settings.identity.kubernetes.audience
+    evidence["with_token"] = served_as(node, url, host, actor, audience, f"a call as {actor} through {url}", 120)
     if SUBSTRATE in settings.identity.sources:
         evidence["substrate"] = substrate_calls(engine, settings, url, host)
     status, body, _ = call(url, host, None)

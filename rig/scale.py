@@ -20,6 +20,7 @@ import json
 import re
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import yaml
 from agent_budgets.component import SECTION_FIELDS
 from core.config_size import config_env_bytes
 from core.validation import parse_settings
-from rig import actor_keys, differential, lifecycle, program
+from rig import actor_keys, lifecycle, live_stack, program
 from rig.engine import Engine
 from rig.extension_message import extension_message_check
 from rig.node import Node
@@ -94,45 +95,67 @@ def metrics(node: Node) -> str:
         return response.read().decode()
 
 
-def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) -> dict[str, Any]:
-    actors, budgets, suspended = layout(own, size, run=f"{int(time.time()) % 100_000:05d}")
-    engine.overlay(
-        stack, {"agent-budgets:actors": actors, "agent-budgets:budgets": budgets, "agent-budgets:suspended": suspended}
-    )
-    _, up_seconds = engine.up(stack, log_name=f"{stack}-up-scale-{size}")
-    warm, caller = default_callers(actors, budgets, suspended)
+def timed_change(
+    node: Node,
+    callers: list[live_stack.Caller],
+    budgets: dict[str, Any],
+    size: int,
+    apply: Callable[[dict[str, Any]], float],
+    warm_timeout: float = 600,
+) -> dict[str, Any]:
+    """The default budget's tokens cut to a fifth (`apply` writes the budgets and runs `pulumi up`, answering its
+    seconds): from `up` to the first call by the second caller that names the new limit, each poll from
+    fresh counters, once the first caller is served; and Envoy Gateway's runner times over the change."""
+    warm, caller = callers
     wait_until(
-        f"{caller} served at {size} actors",
-        lambda: "200" if lifecycle.rate_limit_header(node, engine, stack, warm)[0] == 200 else None,
-        600,
-    )
+        f"{warm.actor} served at {size} actors", lambda: "200" if warm.rate_limit_header()[0] == 200 else None,
+        warm_timeout,
+    )  # fmt: skip
     changed, old, new = lifecycle.lowered_default(budgets)
     before = runner_seconds(metrics(node))
-    engine.overlay(stack, {"agent-budgets:budgets": changed})
     began = time.monotonic()
-    _, applied = engine.up(stack, log_name=f"{stack}-up-scale-{size}-budget")
+    applied = apply(changed)
     seen: dict[str, Any] = {}
 
     def limited_by_new() -> str | None:
-        differential.fresh_counters(node, program.STACK_NAMESPACE, [caller])  # each poll spends the mock's tokens
-        status, limit = lifecycle.rate_limit_header(node, engine, stack, caller)
+        caller.fresh()  # each poll spends the mock's tokens
+        status, limit = caller.rate_limit_header()
         seen.update(status=status, limit=limit)
         return limit if limit.split(",")[0].strip() == str(new) else None
 
     wait_until(f"a call limited by {new} at {size} actors", limited_by_new, 900, interval=0.5)
     first_call = round(time.monotonic() - began, 1)
     time.sleep(5)  # the runners' last updates of this change
-    runners = growth(before, runner_seconds(metrics(node)))
+    return {
+        "limit": [old, new],
+        "up_seconds_of_the_change": applied,
+        "seconds_from_up_to_the_first_call_with_the_new_limit": first_call,
+        "call": seen,
+        "envoy_gateway_runners": growth(before, runner_seconds(metrics(node))),
+    }
+
+
+def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) -> dict[str, Any]:
+    actors, budgets, suspended = layout(own, size, run=f"{int(time.time()) % 100_000:05d}")
+    engine.overlay(
+        stack, {"agent-budgets:actors": actors, "agent-budgets:budgets": budgets, "agent-budgets:suspended": suspended}
+    )
+    _, up_seconds = engine.up(stack, log_name=f"{stack}-up-scale-{size}")
+
+    def apply(changed: dict[str, Any]) -> float:
+        engine.overlay(stack, {"agent-budgets:budgets": changed})
+        return engine.up(stack, log_name=f"{stack}-up-scale-{size}-budget")[1]
+
+    callers = [
+        live_stack.Caller.of(node, engine, stack, actor) for actor in default_callers(actors, budgets, suspended)
+    ]
+    change = timed_change(node, callers, budgets, size, apply)
     return {
         "actors": len(actors),
         "classes": len(budgets["classes"]),
         "suspended": len(suspended),
         "up_seconds_to_that_size": up_seconds,
-        "limit": [old, new],
-        "up_seconds_of_the_change": applied,
-        "seconds_from_up_to_the_first_call_with_the_new_limit": first_call,
-        "call": seen,
-        "envoy_gateway_runners": runners,
+        **change,
         # The message of this size against the model (rig diff's sixth check): it restarts Envoy Gateway, so after
         # the runners' figures.
         "extension_message": extension_message_check(node, engine, stack),
@@ -141,17 +164,11 @@ def one_size(node: Node, engine: Engine, stack: str, own: list[str], size: int) 
 
 def run(node: Node, engine: Engine, stack: str, sizes: list[int]) -> list[dict[str, Any]]:
     """Each size in turn, then the stack file's own actors, budgets and suspensions applied again."""
-    path = engine.project / f"Pulumi.{stack}.yaml"
-    original = path.read_text(encoding="utf-8")
-    config = yaml.safe_load(original)["config"]
-    own = list(config["agent-budgets:actors"])
+    own = list(engine.stack_config(stack)["agent-budgets:actors"])
     if not any(actor.startswith("serviceaccount:") for actor in own):
         raise StepError(f"stack {stack} has no service account to call as")
-    try:
+    with engine.restoring(stack, log_name=f"{stack}-up-scale-restore"):
         return [one_size(node, engine, stack, own, size) for size in sizes]
-    finally:
-        path.write_text(original, encoding="utf-8")
-        engine.up(stack, log_name=f"{stack}-up-scale-restore")
 
 
 # --- past what a stack file holds: a Python program building AgentBudgets from a file ---------------------------
@@ -229,38 +246,16 @@ def through_a_program(node: Node, engine: Engine, stack: str, size: int) -> dict
     settings = parse_settings(yaml_sections(sections))
     evidence["keys_published"] = actor_keys.publish_keys_of(node, engine, settings)
     outputs = engine.outputs(PROGRAM_STACK, cwd=directory)
-    url, host = program.gateway_address(node, outputs)
-    warm, caller = default_callers(actors, budgets, suspended)
 
-    def limit_seen(actor: str) -> tuple[int, str]:
-        namespace, name = actor.removeprefix("serviceaccount:").split("/")
-        token = program.service_account_token(node, namespace, name, settings.identity.kubernetes.audience)
-        status, _, headers = program.call(url, host, token)
-        return status, headers.get("x-ratelimit-limit", "")
+    def apply(changed: dict[str, Any]) -> float:
+        (directory / "sections.json").write_text(json.dumps({**sections, "budgets": changed}), encoding="utf-8")
+        return engine.up(PROGRAM_STACK, log_name="scale-program-budget", cwd=directory)[1]
 
-    wait_until(f"{warm} served at {size} actors", lambda: "200" if limit_seen(warm)[0] == 200 else None, 900)
-    changed, old, new = lifecycle.lowered_default(budgets)
-    before = runner_seconds(metrics(node))
-    (directory / "sections.json").write_text(json.dumps({**sections, "budgets": changed}), encoding="utf-8")
-    began = time.monotonic()
-    _, applied = engine.up(PROGRAM_STACK, log_name="scale-program-budget", cwd=directory)
-    seen: dict[str, Any] = {}
-
-    def limited_by_new() -> str | None:
-        differential.fresh_counters(node, settings.gateway.namespace, [caller])
-        status, limit = limit_seen(caller)
-        seen.update(status=status, limit=limit)
-        return limit if limit.split(",")[0].strip() == str(new) else None
-
-    wait_until(f"a call limited by {new} at {size} actors", limited_by_new, 900, interval=0.5)
-    evidence.update(
-        limit=[old, new],
-        up_seconds_of_the_change=applied,
-        seconds_from_up_to_the_first_call_with_the_new_limit=round(time.monotonic() - began, 1),
-        call=seen,
-    )
-    time.sleep(5)
-    evidence["envoy_gateway_runners"] = growth(before, runner_seconds(metrics(node)))
+    callers = [
+        live_stack.Caller.at(node, engine, settings, outputs, actor)
+        for actor in default_callers(actors, budgets, suspended)
+    ]
+    evidence |= timed_change(node, callers, budgets, size, apply, warm_timeout=900)
     evidence["destroy"] = program.destroy(node, engine, PROGRAM_STACK, log_name="scale-program-destroy", cwd=directory)
     engine.pulumi("stack", "rm", PROGRAM_STACK, "--yes", cwd=directory, log_name="scale-program-destroy")
     return evidence
